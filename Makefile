@@ -1,0 +1,35 @@
+# outpost — build, test, benchmark.
+GO ?= go
+
+.PHONY: all build test fmt-check vet unit demo bench fuzz
+
+all: build
+
+build:
+	$(GO) build -o bin/outpost ./cmd/outpost
+
+# The README's test command: formatting, vet, and every unit test under
+# the race detector.
+test: fmt-check vet unit
+
+fmt-check:
+	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
+	if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
+
+vet:
+	$(GO) vet ./...
+
+unit:
+	$(GO) test -race -count=1 ./...
+
+demo:
+	$(GO) run ./cmd/outpost demo
+
+# Side-by-side benchmarks against codex exec-server (installs it with npm).
+bench:
+	bash scripts/bench.sh
+
+# Each fuzz target for FUZZTIME (default 20s).
+FUZZTIME ?= 20s
+fuzz:
+	bash scripts/fuzz.sh $(FUZZTIME)

@@ -1,0 +1,186 @@
+// Package client is the Go SDK for outpost executors.
+//
+// RPC is the low-level connection: requests matched to responses by id
+// (in any order), and notifications routed per process. Session, built on
+// it, runs the initialize handshake and hands out Process proxies.
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"sync"
+	"sync/atomic"
+
+	"github.com/coder/websocket"
+
+	"github.com/outpost-exec/outpost/protocol"
+	"github.com/outpost-exec/outpost/transport"
+)
+
+// ErrClosed is returned by calls on a closed or failed connection.
+var ErrClosed = errors.New("exec-server connection closed")
+
+// RPC is a client connection to an exec-server.
+type RPC struct {
+	mc     transport.MessageConn
+	nextID atomic.Int64
+	wmu    sync.Mutex
+
+	mu      sync.Mutex
+	pending map[int64]chan rpcReply
+	err     error
+	done    chan struct{}
+
+	onNotify func(method string, params transport.Params)
+}
+
+type rpcReply struct {
+	result transport.Params
+	err    *protocol.Error
+}
+
+// DialOptions configure Dial.
+type DialOptions struct {
+	// Token is sent as "Authorization: Bearer <token>".
+	Token string
+	// Header adds request headers to the upgrade (tests).
+	Header http.Header
+}
+
+// DialWS connects to a ws:// exec-server (outpost or codex).
+func DialWS(ctx context.Context, url string, opts DialOptions, onNotify func(method string, params transport.Params)) (*RPC, error) {
+	h := http.Header{}
+	for k, v := range opts.Header {
+		h[k] = v
+	}
+	if opts.Token != "" {
+		h.Set("Authorization", "Bearer "+opts.Token)
+	}
+	c, resp, err := websocket.Dial(ctx, url, &websocket.DialOptions{HTTPHeader: h, CompressionMode: websocket.CompressionDisabled})
+	if err != nil {
+		if resp != nil {
+			return nil, fmt.Errorf("dial %s: HTTP %d: %w", url, resp.StatusCode, err)
+		}
+		return nil, fmt.Errorf("dial %s: %w", url, err)
+	}
+	return NewRPC(transport.NewJSONConn(transport.NewWSFrames(c, 0)), onNotify), nil
+}
+
+// NewRPC runs the client side of mc. onNotify is called on the reading
+// goroutine for every notification, in arrival order; it may block to
+// apply backpressure.
+func NewRPC(mc transport.MessageConn, onNotify func(method string, params transport.Params)) *RPC {
+	r := &RPC{mc: mc, pending: make(map[int64]chan rpcReply), done: make(chan struct{}), onNotify: onNotify}
+	go r.readLoop()
+	return r
+}
+
+func (r *RPC) readLoop() {
+	var err error
+	for {
+		var m *transport.Message
+		m, err = r.mc.ReadMessage(context.Background())
+		if err != nil {
+			var me *transport.MalformedError
+			if errors.As(err, &me) {
+				continue
+			}
+			break
+		}
+		switch m.Kind {
+		case transport.KindResponse:
+			if m.ID.IsStr {
+				continue
+			}
+			r.mu.Lock()
+			ch := r.pending[m.ID.Num]
+			delete(r.pending, m.ID.Num)
+			r.mu.Unlock()
+			if ch != nil {
+				ch <- rpcReply{result: m.Result, err: m.Error}
+			}
+		case transport.KindNotification:
+			if r.onNotify != nil {
+				r.onNotify(m.Method, m.Params)
+			}
+		}
+	}
+	r.fail(fmt.Errorf("%w: %v", ErrClosed, err))
+}
+
+func (r *RPC) fail(err error) {
+	r.mu.Lock()
+	if r.err == nil {
+		r.err = err
+		close(r.done)
+	}
+	r.mu.Unlock()
+}
+
+// Done is closed when the connection has ended.
+func (r *RPC) Done() <-chan struct{} { return r.done }
+
+// Err returns why the connection ended.
+func (r *RPC) Err() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.err
+}
+
+// Call sends a request and decodes its result into result (if non-nil).
+// A JSON-RPC error is returned as *protocol.Error.
+func (r *RPC) Call(ctx context.Context, method string, params, result any) error {
+	id := r.nextID.Add(1)
+	ch := make(chan rpcReply, 1)
+	r.mu.Lock()
+	if r.err != nil {
+		r.mu.Unlock()
+		return r.err
+	}
+	r.pending[id] = ch
+	r.mu.Unlock()
+	r.wmu.Lock()
+	err := r.mc.WriteRequest(ctx, transport.IntID(id), method, params)
+	r.wmu.Unlock()
+	if err != nil {
+		r.mu.Lock()
+		delete(r.pending, id)
+		r.mu.Unlock()
+		return fmt.Errorf("%s: %w", method, err)
+	}
+	select {
+	case rep := <-ch:
+		if rep.err != nil {
+			return rep.err
+		}
+		if result != nil {
+			if err := rep.result.Decode(result); err != nil {
+				return fmt.Errorf("%s: decoding result: %w", method, err)
+			}
+		}
+		return nil
+	case <-ctx.Done():
+		r.mu.Lock()
+		delete(r.pending, id)
+		r.mu.Unlock()
+		return ctx.Err()
+	case <-r.done:
+		return r.Err()
+	}
+}
+
+// Notify sends a notification.
+func (r *RPC) Notify(ctx context.Context, method string, params any) error {
+	r.wmu.Lock()
+	defer r.wmu.Unlock()
+	return r.mc.WriteNotification(ctx, method, params)
+}
+
+// Close closes the connection.
+func (r *RPC) Close() error {
+	err := r.mc.Close()
+	r.fail(ErrClosed)
+	return err
+}

@@ -1,0 +1,191 @@
+// Command outpost runs commands on remote machines through an end-to-end
+// encrypted relay. This file holds only flag parsing and human output;
+// the work is done by the library packages.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+
+	"github.com/outpost-exec/outpost/executor"
+)
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = "dev"
+
+const usage = `outpost runs commands on remote machines through an end-to-end encrypted relay.
+
+Usage:
+  outpost demo                       run a command through an in-process executor on loopback
+  outpost executor serve [flags]     serve the exec-server protocol (--listen ws://IP:PORT | stdio)
+  outpost version                    print the version
+
+Run "outpost <command> -h" for a command's flags.
+`
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+func run(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return 2
+	}
+	switch args[0] {
+	case "demo":
+		return cmdDemo(args[1:], stdout, stderr)
+	case "executor":
+		if len(args) < 2 {
+			fmt.Fprint(stderr, "usage: outpost executor serve [flags]\n")
+			return 2
+		}
+		switch args[1] {
+		case "serve":
+			return cmdExecutorServe(args[2:], stdout, stderr)
+		}
+		fmt.Fprintf(stderr, "outpost executor: unknown command %q\n", args[1])
+		return 2
+	case "version", "--version":
+		fmt.Fprintln(stdout, "outpost", version)
+		return 0
+	case "help", "-h", "--help":
+		fmt.Fprint(stdout, usage)
+		return 0
+	}
+	fmt.Fprintf(stderr, "outpost: unknown command %q\n\n%s", args[0], usage)
+	return 2
+}
+
+// logFlags are shared by every long-running command.
+type logFlags struct {
+	level  string
+	format string
+}
+
+func (l *logFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&l.level, "log-level", "info", "log level: debug, info, warn, error")
+	fs.StringVar(&l.format, "log-format", "console", "log format: console or json")
+}
+
+func (l *logFlags) build(stderr io.Writer) (*zap.Logger, error) {
+	lvl, err := zapcore.ParseLevel(l.level)
+	if err != nil {
+		return nil, fmt.Errorf("--log-level: %w", err)
+	}
+	encCfg := zap.NewProductionEncoderConfig()
+	encCfg.EncodeTime = zapcore.ISO8601TimeEncoder
+	var enc zapcore.Encoder
+	switch l.format {
+	case "json":
+		enc = zapcore.NewJSONEncoder(encCfg)
+	case "console":
+		enc = zapcore.NewConsoleEncoder(encCfg)
+	default:
+		return nil, fmt.Errorf("--log-format: want console or json, got %q", l.format)
+	}
+	return zap.New(zapcore.NewCore(enc, zapcore.AddSync(stderr), lvl)), nil
+}
+
+func cmdExecutorServe(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("outpost executor serve", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	listen := fs.String("listen", executor.DefaultListenURL, "listen URL: ws://IP:PORT or stdio")
+	cfg := executor.DefaultConfig()
+	backend := executor.NewLocalBackend()
+	fs.DurationVar(&cfg.DetachedTTL, "detached-ttl", cfg.DetachedTTL, "how long a disconnected session's processes keep running")
+	fs.DurationVar(&cfg.ClosedRetention, "closed-retention", cfg.ClosedRetention, "how long a finished process stays readable")
+	fs.IntVar(&cfg.MaxProcessesPerSession, "max-processes", cfg.MaxProcessesPerSession, "processes per session")
+	fs.IntVar(&cfg.MaxSessions, "max-sessions", cfg.MaxSessions, "sessions per executor")
+	fs.Int64Var(&backend.Retention.MaxBytes, "retention-bytes", backend.Retention.MaxBytes, "output retained per process, bytes")
+	fs.IntVar(&backend.Retention.MaxChunks, "retention-chunks", backend.Retention.MaxChunks, "output retained per process, chunks")
+	fs.DurationVar(&backend.TerminateGrace, "terminate-grace", backend.TerminateGrace, "wait between TERM and KILL on terminate")
+	var lf logFlags
+	lf.register(fs)
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	log, err := lf.build(stderr)
+	if err != nil {
+		fmt.Fprintln(stderr, "outpost:", err)
+		return 2
+	}
+	defer log.Sync()
+	cfg.Backend, cfg.Logger, cfg.Version = backend, log, version
+	lu, err := executor.ParseListenURL(*listen)
+	if err != nil {
+		fmt.Fprintln(stderr, "outpost:", err)
+		return 2
+	}
+	token, err := connectionToken()
+	if err != nil {
+		fmt.Fprintln(stderr, "outpost:", err)
+		return 2
+	}
+	srv, err := executor.NewServer(cfg)
+	if err != nil {
+		fmt.Fprintln(stderr, "outpost:", err)
+		return 2
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	shutdown := func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := srv.Shutdown(sctx); err != nil {
+			log.Warn("shutdown: some processes were killed", zap.Error(err))
+		}
+	}
+	switch lu.Scheme {
+	case "stdio":
+		err := srv.ServeStdio(ctx, os.Stdin, stdout)
+		shutdown()
+		if err != nil && !errors.Is(err, context.Canceled) {
+			log.Error("stdio connection failed", zap.Error(err))
+			return 1
+		}
+		return 0
+	default:
+		l, err := srv.ListenWS(lu.Addr, executor.WSOptions{Token: token})
+		if err != nil {
+			fmt.Fprintln(stderr, "outpost: listen:", err)
+			return 1
+		}
+		fmt.Fprintln(stdout, l.URL())
+		if f, ok := stdout.(*os.File); ok {
+			f.Sync()
+		}
+		log.Info("executor listening", zap.String("url", l.URL()), zap.Bool("token", token != ""))
+		<-ctx.Done()
+		log.Info("shutting down")
+		l.Close()
+		shutdown()
+		return 0
+	}
+}
+
+// connectionToken reads the optional bearer token for the WebSocket front.
+// CODEX_EXEC_SERVER_CONNECTION_TOKEN is honoured too, so a codex deployment
+// works unchanged.
+func connectionToken() (string, error) {
+	for _, name := range []string{"OUTPOST_CONNECTION_TOKEN", "CODEX_EXEC_SERVER_CONNECTION_TOKEN"} {
+		if v, ok := os.LookupEnv(name); ok {
+			if strings.TrimSpace(v) == "" {
+				return "", fmt.Errorf("%s is set but empty", name)
+			}
+			return v, nil
+		}
+	}
+	return "", nil
+}

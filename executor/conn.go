@@ -1,0 +1,591 @@
+package executor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/outpost-exec/outpost/protocol"
+	"github.com/outpost-exec/outpost/transport"
+)
+
+// Per-connection output bounds.
+const (
+	// maxPendingReplies bounds replies queued for the writer; a handler
+	// that would exceed it waits.
+	maxPendingReplies = 256
+	// laneTurnEvents and laneTurnBytes bound what one process may send in
+	// one turn of the writer's round robin, so a process with a flood of
+	// output cannot delay another's events or any reply by more than one
+	// turn.
+	laneTurnEvents = 16
+	laneTurnBytes  = 256 << 10
+)
+
+// connection lifecycle
+const (
+	stateNew         = iota // waiting for initialize
+	stateInitialized        // initialize answered, waiting for initialized
+	stateReady
+)
+
+// ServeConn serves one client connection until it ends or ctx is done. The
+// connection's session (if any) is detached, not ended, when it returns.
+func (s *Server) ServeConn(ctx context.Context, mc transport.MessageConn) error {
+	s.mu.Lock()
+	if s.closing {
+		s.mu.Unlock()
+		mc.Close()
+		return ErrShuttingDown
+	}
+	s.conns.Add(1)
+	s.mu.Unlock()
+	defer s.conns.Done()
+
+	ctx, cancel := context.WithCancel(ctx)
+	readCtx, stopReads := context.WithCancel(ctx)
+	c := &serverConn{
+		srv:     s,
+		mc:      mc,
+		ctx:     ctx,
+		cancel:  cancel,
+		readCtx: readCtx,
+		log:     s.log,
+		reads:   make(chan struct{}, s.cfg.MaxConcurrentReads),
+		out:     newOutbox(),
+	}
+	writerDone := make(chan error, 1)
+	go func() { writerDone <- c.writeLoop() }()
+	err := c.readLoop()
+	// Wind down: end long polls, detach the session (its processes keep
+	// running), then let the writer flush the replies already queued.
+	stopReads()
+	if c.session != nil {
+		c.session.detach(c.attach)
+	}
+	c.handlers.Wait()
+	c.out.shutdown()
+	drain := time.NewTimer(drainTimeout)
+	var werr error
+	select {
+	case werr = <-writerDone:
+	case <-drain.C:
+		cancel()
+		werr = <-writerDone
+	}
+	drain.Stop()
+	cancel()
+	mc.Close()
+	if err == nil {
+		err = werr
+	}
+	return err
+}
+
+// drainTimeout bounds how long a closing connection may spend flushing
+// queued replies.
+const drainTimeout = 5 * time.Second
+
+type serverConn struct {
+	srv     *Server
+	mc      transport.MessageConn
+	ctx     context.Context // the connection's life
+	cancel  context.CancelFunc
+	readCtx context.Context // long polls; ends when the read loop does
+	log     *zap.Logger
+
+	state    int
+	session  *Session
+	attach   *attachment
+	reads    chan struct{} // semaphore for concurrent long polls
+	handlers sync.WaitGroup
+	out      *outbox
+}
+
+func (c *serverConn) readLoop() error {
+	for {
+		m, err := c.mc.ReadMessage(c.ctx)
+		if err != nil {
+			var me *transport.MalformedError
+			if errors.As(err, &me) {
+				if !c.out.reply(outMsg{id: transport.MalformedID, err: protocol.Errorf(protocol.CodeInvalidRequest, "%v", me)}) {
+					return nil
+				}
+				continue
+			}
+			if c.ctx.Err() != nil {
+				return nil
+			}
+			return err
+		}
+		switch m.Kind {
+		case transport.KindRequest:
+			c.request(m)
+		case transport.KindNotification:
+			if m.Method == protocol.MethodInitialized {
+				if c.state == stateInitialized {
+					c.state = stateReady
+					continue
+				}
+				c.out.reply(outMsg{id: transport.MalformedID, err: protocol.Errorf(protocol.CodeInvalidRequest, "initialized notification is only valid once, after initialize")})
+				continue
+			}
+			c.out.reply(outMsg{id: transport.MalformedID, err: protocol.Errorf(protocol.CodeMethodNotFound, "unknown notification %q", m.Method)})
+		case transport.KindResponse:
+			c.out.reply(outMsg{id: transport.MalformedID, err: protocol.Errorf(protocol.CodeInvalidRequest, "unexpected response (id %s): this executor sends no requests", m.ID)})
+		}
+	}
+}
+
+// method is one entry of the method table shared by every codec.
+type method struct {
+	family string // for lifecycle error messages
+	// longPoll methods may wait; they run beside the read loop.
+	longPoll bool
+	call     func(c *serverConn, m *transport.Message) (any, error)
+}
+
+var methods map[string]method
+
+func init() {
+	methods = map[string]method{
+		protocol.MethodInitialize:       {family: "initialize", call: (*serverConn).initialize},
+		protocol.MethodProcessStart:     {family: "exec", call: (*serverConn).processStart},
+		protocol.MethodProcessRead:      {family: "exec", call: (*serverConn).processRead, longPoll: true},
+		protocol.MethodProcessWrite:     {family: "exec", call: (*serverConn).processWrite},
+		protocol.MethodProcessSignal:    {family: "exec", call: (*serverConn).processSignal},
+		protocol.MethodProcessTerminate: {family: "exec", call: (*serverConn).processTerminate},
+		protocol.MethodProcessResize:    {family: "exec", call: (*serverConn).processResize},
+		protocol.MethodEnvironmentInfo:  {family: "environment info", call: (*serverConn).environmentInfo},
+	}
+}
+
+func (c *serverConn) request(m *transport.Message) {
+	meth, ok := methods[m.Method]
+	if !ok {
+		c.out.reply(outMsg{id: m.ID, err: protocol.Errorf(protocol.CodeMethodNotFound, "method `%s` is not implemented by this executor", m.Method)})
+		return
+	}
+	if m.Method != protocol.MethodInitialize {
+		switch c.state {
+		case stateNew:
+			c.out.reply(outMsg{id: m.ID, err: protocol.Errorf(protocol.CodeInvalidRequest, "client must call initialize before using %s methods", meth.family)})
+			return
+		case stateInitialized:
+			c.out.reply(outMsg{id: m.ID, err: protocol.Errorf(protocol.CodeInvalidRequest, "client must send initialized before using %s methods", meth.family)})
+			return
+		}
+	}
+	run := func() {
+		res, err := meth.call(c, m)
+		if meth.longPoll && c.readCtx.Err() != nil {
+			return // the connection is closing; nobody waits for this reply
+		}
+		if err != nil {
+			var pe *protocol.Error
+			if !errors.As(err, &pe) {
+				pe = protocol.Errorf(protocol.CodeInternal, "%v", err)
+			}
+			c.out.reply(outMsg{id: m.ID, err: pe})
+			return
+		}
+		c.out.reply(outMsg{id: m.ID, result: res})
+	}
+	if !meth.longPoll {
+		run()
+		return
+	}
+	select {
+	case c.reads <- struct{}{}:
+	case <-c.ctx.Done():
+		return
+	}
+	c.handlers.Add(1)
+	go func() {
+		defer func() { <-c.reads; c.handlers.Done() }()
+		run()
+	}()
+}
+
+// decode fills v from m's params; required says absent params are an error.
+func decode(m *transport.Message, v any, required bool) error {
+	if m.Params == nil || m.Params.Absent() {
+		if required {
+			return protocol.Errorf(protocol.CodeInvalidParams, "invalid params for %s: params are required", m.Method)
+		}
+		return nil
+	}
+	if err := m.Params.Decode(v); err != nil {
+		return protocol.Errorf(protocol.CodeInvalidParams, "invalid params for %s: %v", m.Method, err)
+	}
+	return nil
+}
+
+func requireProcessID(method, id string) error {
+	if id == "" {
+		return protocol.Errorf(protocol.CodeInvalidParams, "invalid params for %s: processId is required", method)
+	}
+	return nil
+}
+
+func (c *serverConn) initialize(m *transport.Message) (any, error) {
+	if c.state != stateNew {
+		return nil, protocol.Errorf(protocol.CodeInvalidRequest, "initialize may only be sent once per connection")
+	}
+	var p protocol.InitializeParams
+	if err := decode(m, &p, false); err != nil {
+		return nil, err
+	}
+	var sess *Session
+	if p.ResumeSessionID != nil {
+		sess = c.srv.lookup(*p.ResumeSessionID)
+		if sess == nil {
+			return nil, protocol.Errorf(protocol.CodeInvalidRequest, "unknown session id %s", *p.ResumeSessionID)
+		}
+	} else {
+		var err error
+		if sess, err = c.srv.newSession(); err != nil {
+			return nil, err
+		}
+	}
+	a, err := sess.attach(c)
+	if err != nil {
+		return nil, err
+	}
+	c.session, c.attach, c.state = sess, a, stateInitialized
+	c.log.Debug("session attached", zap.String("session", sess.id), zap.String("client", p.ClientName), zap.Bool("resumed", p.ResumeSessionID != nil))
+	return protocol.InitializeResult{SessionID: sess.id}, nil
+}
+
+func (c *serverConn) processStart(m *transport.Message) (any, error) {
+	var p protocol.ExecParams
+	if err := decode(m, &p, true); err != nil {
+		return nil, err
+	}
+	return c.session.Start(c.ctx, p)
+}
+
+func (c *serverConn) processRead(m *transport.Message) (any, error) {
+	var p protocol.ReadParams
+	if err := decode(m, &p, true); err != nil {
+		return nil, err
+	}
+	if err := requireProcessID(m.Method, p.ProcessID); err != nil {
+		return nil, err
+	}
+	return c.session.Read(c.readCtx, p, c.attach.ended)
+}
+
+func (c *serverConn) processWrite(m *transport.Message) (any, error) {
+	var p protocol.WriteParams
+	if err := decode(m, &p, true); err != nil {
+		return nil, err
+	}
+	if err := requireProcessID(m.Method, p.ProcessID); err != nil {
+		return nil, err
+	}
+	return c.session.Write(p)
+}
+
+func (c *serverConn) processSignal(m *transport.Message) (any, error) {
+	var p protocol.SignalParams
+	if err := decode(m, &p, true); err != nil {
+		return nil, err
+	}
+	if err := requireProcessID(m.Method, p.ProcessID); err != nil {
+		return nil, err
+	}
+	if err := c.session.Signal(p); err != nil {
+		return nil, err
+	}
+	return protocol.Empty{}, nil
+}
+
+func (c *serverConn) processTerminate(m *transport.Message) (any, error) {
+	var p protocol.TerminateParams
+	if err := decode(m, &p, true); err != nil {
+		return nil, err
+	}
+	if err := requireProcessID(m.Method, p.ProcessID); err != nil {
+		return nil, err
+	}
+	return c.session.Terminate(p), nil
+}
+
+func (c *serverConn) processResize(m *transport.Message) (any, error) {
+	var p protocol.ResizeParams
+	if err := decode(m, &p, true); err != nil {
+		return nil, err
+	}
+	if err := requireProcessID(m.Method, p.ProcessID); err != nil {
+		return nil, err
+	}
+	if err := c.session.Resize(p); err != nil {
+		return nil, err
+	}
+	return protocol.Empty{}, nil
+}
+
+func (c *serverConn) environmentInfo(*transport.Message) (any, error) {
+	return EnvironmentInfo(c.srv.cfg), nil
+}
+
+// EnvironmentInfo describes this executor for environment/info.
+func EnvironmentInfo(cfg Config) protocol.EnvironmentInfo {
+	shell := os.Getenv("SHELL")
+	if shell == "" {
+		shell = "/bin/sh"
+	}
+	home, _ := os.UserHomeDir()
+	return protocol.EnvironmentInfo{
+		Shell:           protocol.Shell{Name: filepath.Base(shell), Path: shell},
+		Cwd:             "file://" + cfg.DefaultCwd,
+		ExecutorVersion: cfg.Version,
+		PlatformOS:      runtime.GOOS,
+		UserHomeDir:     home,
+		TempDir:         os.TempDir(),
+	}
+}
+
+// follow implements eventSink: push proc's events to this connection.
+func (c *serverConn) follow(id string, proc Process, afterSeq uint64, fromNow bool) {
+	c.out.follow(id, proc.Log(), afterSeq, fromNow)
+}
+
+func (c *serverConn) writeLoop() error {
+	for {
+		msg, ln, ok := c.out.next(c.ctx)
+		if !ok {
+			return nil
+		}
+		if ln == nil {
+			if err := c.writeMsg(msg); err != nil {
+				c.fail()
+				return err
+			}
+			continue
+		}
+		events, gap, done := ln.sub.Next(laneTurnEvents, laneTurnBytes)
+		if gap != nil {
+			c.log.Warn("pushed output was evicted before it could be sent; readers see a gap",
+				zap.String("process", ln.id), zap.Uint64("fromSeq", gap.FromSeq), zap.Uint64("toSeq", gap.ToSeq))
+		}
+		for i := range events {
+			if err := c.writeEvent(ln.id, &events[i]); err != nil {
+				c.out.finishTurn(ln, false, false)
+				c.fail()
+				return err
+			}
+		}
+		c.out.finishTurn(ln, len(events) > 0, done)
+	}
+}
+
+// fail ends a connection whose writes fail, unblocking the read loop.
+func (c *serverConn) fail() {
+	c.cancel()
+	c.mc.Close()
+}
+
+func (c *serverConn) writeMsg(m outMsg) error {
+	if m.err != nil {
+		return c.mc.WriteError(c.ctx, m.id, m.err)
+	}
+	return c.mc.WriteResult(c.ctx, m.id, m.result)
+}
+
+func (c *serverConn) writeEvent(id string, ev *Event) error {
+	switch ev.Kind {
+	case EventOutput:
+		return c.mc.WriteNotification(c.ctx, protocol.MethodProcessOutput,
+			&protocol.OutputNotification{ProcessID: id, Seq: ev.Seq, Stream: ev.Stream, Chunk: ev.Data})
+	case EventExited:
+		denied := ev.SandboxDenied
+		return c.mc.WriteNotification(c.ctx, protocol.MethodProcessExited,
+			&protocol.ExitedNotification{ProcessID: id, Seq: ev.Seq, ExitCode: ev.ExitCode, SandboxDenied: &denied})
+	case EventClosed:
+		return c.mc.WriteNotification(c.ctx, protocol.MethodProcessClosed,
+			&protocol.ClosedNotification{ProcessID: id, Seq: ev.Seq})
+	}
+	return fmt.Errorf("unknown event kind %d", ev.Kind)
+}
+
+// outMsg is a queued reply.
+type outMsg struct {
+	id     transport.ID
+	result any
+	err    *protocol.Error
+}
+
+// lane is one process's pushed events on one connection.
+type lane struct {
+	id     string
+	sub    *Subscription
+	queued bool // in ready, or being served
+	busy   bool // being served by the writer
+	again  bool // woken while busy
+}
+
+// outbox schedules a connection's writes: replies first, then one turn
+// per process with events pending, round robin. Events are not copied
+// into the outbox; a lane pulls them from its process's retention buffer
+// when its turn comes, so the outbox holds at most maxPendingReplies
+// replies and the set of lanes.
+type outbox struct {
+	mu       sync.Mutex
+	notFull  *sync.Cond
+	replies  []outMsg
+	ready    []*lane
+	lanes    map[*lane]struct{}
+	wake     chan struct{}
+	shutDown bool
+}
+
+func newOutbox() *outbox {
+	o := &outbox{wake: make(chan struct{}, 1), lanes: make(map[*lane]struct{})}
+	o.notFull = sync.NewCond(&o.mu)
+	return o
+}
+
+func (o *outbox) kick() {
+	select {
+	case o.wake <- struct{}{}:
+	default:
+	}
+}
+
+// reply queues a reply, waiting while the queue is full. It returns false
+// once the outbox has shut down.
+func (o *outbox) reply(m outMsg) bool {
+	o.mu.Lock()
+	for len(o.replies) >= maxPendingReplies && !o.shutDown {
+		o.notFull.Wait()
+	}
+	if o.shutDown {
+		o.mu.Unlock()
+		return false
+	}
+	o.replies = append(o.replies, m)
+	o.mu.Unlock()
+	o.kick()
+	return true
+}
+
+// follow adds a lane for a process's events. The lane holds the log: the
+// process waits rather than evict what this connection has not yet sent.
+func (o *outbox) follow(id string, log *EventLog, afterSeq uint64, fromNow bool) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.shutDown {
+		return
+	}
+	ln := &lane{id: id}
+	notify := func() { o.markReady(ln) }
+	if fromNow {
+		ln.sub = log.SubscribeNow(true, notify)
+	} else {
+		ln.sub = log.Subscribe(afterSeq, true, notify)
+	}
+	o.lanes[ln] = struct{}{}
+	ln.queued = true
+	o.ready = append(o.ready, ln)
+	o.kick()
+}
+
+func (o *outbox) markReady(ln *lane) {
+	o.mu.Lock()
+	if ln.busy {
+		ln.again = true
+		o.mu.Unlock()
+		return
+	}
+	if ln.queued || o.shutDown {
+		o.mu.Unlock()
+		return
+	}
+	if _, live := o.lanes[ln]; !live {
+		o.mu.Unlock()
+		return
+	}
+	ln.queued = true
+	o.ready = append(o.ready, ln)
+	o.mu.Unlock()
+	o.kick()
+}
+
+// next returns the next reply, or the next lane to serve.
+func (o *outbox) next(ctx context.Context) (outMsg, *lane, bool) {
+	for {
+		o.mu.Lock()
+		if len(o.replies) > 0 {
+			m := o.replies[0]
+			o.replies[0] = outMsg{}
+			o.replies = o.replies[1:]
+			o.notFull.Signal()
+			o.mu.Unlock()
+			return m, nil, true
+		}
+		if o.shutDown {
+			o.mu.Unlock()
+			return outMsg{}, nil, false
+		}
+		if len(o.ready) > 0 {
+			ln := o.ready[0]
+			o.ready[0] = nil
+			o.ready = o.ready[1:]
+			ln.busy, ln.again = true, false
+			o.mu.Unlock()
+			return outMsg{}, ln, true
+		}
+		o.mu.Unlock()
+		select {
+		case <-o.wake:
+		case <-ctx.Done():
+			return outMsg{}, nil, false
+		}
+	}
+}
+
+// finishTurn requeues a lane that may have more to send, or retires a
+// lane whose process has closed.
+func (o *outbox) finishTurn(ln *lane, sent, done bool) {
+	o.mu.Lock()
+	ln.busy = false
+	if done {
+		delete(o.lanes, ln)
+		ln.queued = false
+		o.mu.Unlock()
+		ln.sub.Close()
+		return
+	}
+	if sent || ln.again {
+		o.ready = append(o.ready, ln)
+		o.mu.Unlock()
+		o.kick()
+		return
+	}
+	ln.queued = false
+	o.mu.Unlock()
+}
+
+// shutdown drops queued work and releases every lane's hold.
+func (o *outbox) shutdown() {
+	o.mu.Lock()
+	o.shutDown = true
+	lanes := o.lanes
+	o.lanes = map[*lane]struct{}{}
+	o.ready = nil
+	o.notFull.Broadcast()
+	o.mu.Unlock()
+	for ln := range lanes {
+		ln.sub.Close()
+	}
+	o.kick()
+}

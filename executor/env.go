@@ -1,0 +1,161 @@
+package executor
+
+import (
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"path"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	"github.com/outpost-exec/outpost/protocol"
+)
+
+// coreEnvVars is what EnvPolicy inherit "core" keeps of the executor's
+// environment (codex's UNIX_CORE_ENV_VARS).
+var coreEnvVars = []string{"PATH", "SHELL", "TMPDIR", "TEMP", "TMP", "HOME", "LANG", "LC_ALL", "LC_CTYPE", "LOGNAME", "USER"}
+
+// defaultEnvExcludes keep secrets out of children unless the policy says
+// ignoreDefaultExcludes.
+var defaultEnvExcludes = []string{"*KEY*", "*SECRET*", "*TOKEN*"}
+
+// ChildEnv computes a child's environment. Without a policy it is exactly
+// overlay; with one it is built from base (the executor's own environment,
+// KEY=VALUE) as EnvPolicy documents, and overlay is laid over the result.
+// The result is sorted by name.
+func ChildEnv(policy *protocol.EnvPolicy, overlay map[string]string, base []string) ([]string, error) {
+	env := map[string]string{}
+	if policy != nil {
+		for _, p := range append(append([]string(nil), policy.Exclude...), policy.IncludeOnly...) {
+			if _, err := path.Match(strings.ToUpper(p), ""); err != nil {
+				return nil, fmt.Errorf("envPolicy: bad pattern %q: %w", p, err)
+			}
+		}
+		switch policy.Inherit {
+		case protocol.InheritAll:
+			for _, kv := range base {
+				if k, v, ok := strings.Cut(kv, "="); ok && k != "" {
+					env[k] = v
+				}
+			}
+		case protocol.InheritCore:
+			for _, kv := range base {
+				if k, v, ok := strings.Cut(kv, "="); ok {
+					for _, c := range coreEnvVars {
+						if strings.EqualFold(k, c) {
+							env[k] = v
+						}
+					}
+				}
+			}
+		case protocol.InheritNone:
+		default:
+			return nil, fmt.Errorf("envPolicy.inherit: unknown value %q (want all, core or none)", policy.Inherit)
+		}
+		if !policy.IgnoreDefaultExcludes {
+			dropMatching(env, defaultEnvExcludes)
+		}
+		dropMatching(env, policy.Exclude)
+		for k, v := range policy.Set {
+			env[k] = v
+		}
+		if len(policy.IncludeOnly) > 0 {
+			for k := range env {
+				if !matchAny(k, policy.IncludeOnly) {
+					delete(env, k)
+				}
+			}
+		}
+	}
+	for k, v := range overlay {
+		env[k] = v
+	}
+	out := make([]string, 0, len(env))
+	for k, v := range env {
+		if k == "" || strings.ContainsAny(k, "=\x00") || strings.ContainsRune(v, 0) {
+			return nil, fmt.Errorf("env: invalid variable %q (names must be non-empty without '=' or NUL; values without NUL)", k)
+		}
+		out = append(out, k+"="+v)
+	}
+	sort.Strings(out)
+	return out, nil
+}
+
+func dropMatching(env map[string]string, patterns []string) {
+	for k := range env {
+		if matchAny(k, patterns) {
+			delete(env, k)
+		}
+	}
+}
+
+// matchAny matches name against case-insensitive globs (* and ?).
+func matchAny(name string, patterns []string) bool {
+	up := strings.ToUpper(name)
+	for _, p := range patterns {
+		if ok, _ := path.Match(strings.ToUpper(p), up); ok {
+			return true
+		}
+	}
+	return false
+}
+
+// ErrForeignPath rejects a path that is not native to this executor.
+var ErrForeignPath = errors.New("path is not valid on this executor")
+
+// NativeDir resolves a request's cwd — a file: URI or an absolute path —
+// to an existing directory on this machine. Empty means fallback.
+func NativeDir(cwd, fallback string) (string, error) {
+	if cwd == "" {
+		return fallback, nil
+	}
+	p, err := NativePath(cwd)
+	if err != nil {
+		return "", err
+	}
+	fi, err := os.Stat(p)
+	if err != nil {
+		return "", fmt.Errorf("cwd %q: %w", cwd, errors.Unwrap(err))
+	}
+	if !fi.IsDir() {
+		return "", fmt.Errorf("cwd %q: not a directory", cwd)
+	}
+	return p, nil
+}
+
+// NativePath turns a file: URI or an absolute path into a clean native path.
+func NativePath(s string) (string, error) {
+	if strings.ContainsRune(s, 0) {
+		return "", fmt.Errorf("%w: %q contains a NUL byte", ErrForeignPath, s)
+	}
+	p := s
+	if strings.HasPrefix(strings.ToLower(s), "file:") {
+		u, err := url.Parse(s)
+		if err != nil {
+			return "", fmt.Errorf("%w: URI %q: %v", ErrForeignPath, s, err)
+		}
+		if u.Host != "" && u.Host != "localhost" {
+			return "", fmt.Errorf("%w: URI %q names host %q", ErrForeignPath, s, u.Host)
+		}
+		if u.Opaque != "" {
+			return "", fmt.Errorf("%w: URI %q is not an absolute file URI", ErrForeignPath, s)
+		}
+		p = u.Path
+	}
+	if len(p) >= 3 && p[0] == '/' && isDriveLetter(p[1:]) {
+		return "", fmt.Errorf("%w: %q is a Windows path", ErrForeignPath, s)
+	}
+	if isDriveLetter(p) || strings.HasPrefix(p, `\\`) || strings.Contains(p, `\`) && !strings.Contains(p, "/") {
+		return "", fmt.Errorf("%w: %q is a Windows path", ErrForeignPath, s)
+	}
+	if !filepath.IsAbs(p) {
+		return "", fmt.Errorf("%w: %q is not absolute", ErrForeignPath, s)
+	}
+	return filepath.Clean(p), nil
+}
+
+func isDriveLetter(p string) bool {
+	return len(p) >= 2 && p[1] == ':' && (p[0]|0x20 >= 'a' && p[0]|0x20 <= 'z') && (len(p) == 2 || p[2] == '/' || p[2] == '\\')
+}

@@ -1,0 +1,197 @@
+package executor
+
+import (
+	"context"
+	"crypto/subtle"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/netip"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/coder/websocket"
+	"go.uber.org/zap"
+
+	"github.com/outpost-exec/outpost/transport"
+)
+
+// ListenURL is a parsed --listen URL.
+type ListenURL struct {
+	Scheme string // "ws" or "stdio"
+	Addr   string // IP:PORT for ws
+}
+
+// DefaultListenURL is the listen URL when none is given.
+const DefaultListenURL = "ws://127.0.0.1:0"
+
+// ParseListenURL accepts ws://IP:PORT (an IP literal, not a name) and
+// stdio (or stdio://).
+func ParseListenURL(s string) (ListenURL, error) {
+	if s == "stdio" || s == "stdio://" {
+		return ListenURL{Scheme: "stdio"}, nil
+	}
+	if rest, ok := strings.CutPrefix(s, "ws://"); ok {
+		ap, err := netip.ParseAddrPort(rest)
+		if err != nil {
+			return ListenURL{}, fmt.Errorf("invalid websocket --listen URL `%s`; expected `ws://IP:PORT`", s)
+		}
+		return ListenURL{Scheme: "ws", Addr: ap.String()}, nil
+	}
+	return ListenURL{}, fmt.Errorf("unsupported --listen URL `%s`; expected `ws://IP:PORT` or `stdio`", s)
+}
+
+// WebSocket keepalive: a ping every interval; a peer that does not answer
+// within the same interval is disconnected (its session detaches).
+const wsPingInterval = 30 * time.Second
+
+// WSOptions configures the WebSocket front.
+type WSOptions struct {
+	// Token, when non-empty, is required as "Authorization: Bearer <token>"
+	// on the upgrade; /readyz stays open.
+	Token string
+	// PingInterval overrides the keepalive interval (tests).
+	PingInterval time.Duration
+}
+
+// WSHandler serves codex's JSON-RPC lite over WebSocket at "/" and a
+// readiness probe at "/readyz". Requests carrying an Origin header are
+// refused with 403: a browser page must not reach an executor.
+func (s *Server) WSHandler(ctx context.Context, opts WSOptions) http.Handler {
+	ping := opts.PingInterval
+	if ping <= 0 {
+		ping = wsPingInterval
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
+		s.mu.Lock()
+		closing := s.closing
+		s.mu.Unlock()
+		if closing {
+			http.Error(w, "shutting down", http.StatusServiceUnavailable)
+			return
+		}
+		io.WriteString(w, "ok\n")
+	})
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/" {
+			http.NotFound(w, r)
+			return
+		}
+		if r.Header.Get("Origin") != "" {
+			http.Error(w, "requests with an Origin header are refused", http.StatusForbidden)
+			return
+		}
+		if opts.Token != "" {
+			got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+			if !ok || subtle.ConstantTimeCompare([]byte(got), []byte(opts.Token)) != 1 {
+				w.Header().Set("WWW-Authenticate", "Bearer")
+				http.Error(w, "missing or wrong bearer token", http.StatusUnauthorized)
+				return
+			}
+		}
+		c, err := websocket.Accept(w, r, &websocket.AcceptOptions{
+			InsecureSkipVerify: true, // Origin is refused above
+			CompressionMode:    websocket.CompressionDisabled,
+		})
+		if err != nil {
+			s.log.Debug("websocket upgrade failed", zap.Error(err))
+			return
+		}
+		connCtx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		go keepalive(connCtx, c, ping, cancel)
+		err = s.ServeConn(connCtx, transport.NewJSONConn(transport.NewWSFrames(c, 0)))
+		if err != nil && !isClosedErr(err) {
+			s.log.Debug("websocket connection ended", zap.Error(err))
+		}
+	})
+	return mux
+}
+
+func keepalive(ctx context.Context, c *websocket.Conn, every time.Duration, dead func()) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		pctx, cancel := context.WithTimeout(ctx, every)
+		err := c.Ping(pctx)
+		cancel()
+		if err != nil {
+			if ctx.Err() == nil {
+				c.CloseNow()
+				dead()
+			}
+			return
+		}
+	}
+}
+
+func isClosedErr(err error) bool {
+	return errors.Is(err, io.EOF) || errors.Is(err, net.ErrClosed) || errors.Is(err, context.Canceled) ||
+		websocket.CloseStatus(err) != -1
+}
+
+// WSListener serves the WebSocket front on a listener.
+type WSListener struct {
+	srv    *Server
+	ln     net.Listener
+	http   *http.Server
+	cancel context.CancelFunc
+	done   chan struct{}
+	once   sync.Once
+}
+
+// ListenWS binds addr (IP:PORT) and starts serving.
+func (s *Server) ListenWS(addr string, opts WSOptions) (*WSListener, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	l := &WSListener{srv: s, ln: ln, cancel: cancel, done: make(chan struct{})}
+	l.http = &http.Server{
+		Handler:           s.WSHandler(ctx, opts),
+		ReadHeaderTimeout: 10 * time.Second,
+		MaxHeaderBytes:    64 << 10,
+		ErrorLog:          zap.NewStdLog(s.log),
+	}
+	go func() {
+		defer close(l.done)
+		l.http.Serve(ln)
+	}()
+	return l, nil
+}
+
+// URL is the bound ws:// URL.
+func (l *WSListener) URL() string { return "ws://" + l.ln.Addr().String() }
+
+// Addr is the bound address.
+func (l *WSListener) Addr() net.Addr { return l.ln.Addr() }
+
+// Close stops accepting and ends every connection (their sessions detach).
+func (l *WSListener) Close() error {
+	l.once.Do(func() {
+		l.cancel()
+		l.http.Close()
+	})
+	<-l.done
+	return nil
+}
+
+// ServeStdio serves one connection over r and w, one JSON message per
+// line, until r ends.
+func (s *Server) ServeStdio(ctx context.Context, r io.Reader, w io.Writer) error {
+	err := s.ServeConn(ctx, transport.NewJSONConn(transport.NewLineFrames(r, w, nil, 0)))
+	if errors.Is(err, io.EOF) {
+		return nil
+	}
+	return err
+}

@@ -1,0 +1,516 @@
+package executor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/creack/pty"
+	"golang.org/x/sys/unix"
+
+	"github.com/outpost-exec/outpost/protocol"
+)
+
+// LocalBackend runs real child processes on this machine, each in its own
+// process group (a session of its own on a PTY) with a parent-death signal,
+// so a terminate reaches its whole tree and none outlives the executor.
+type LocalBackend struct {
+	Retention Retention
+	// TerminateGrace is the wait between TERM and KILL (default 2 s).
+	TerminateGrace time.Duration
+	// StdinQueue bounds the writes queued for one child's stdin (default
+	// 128 writes and 16 MiB); a write beyond it is refused, not buffered.
+	StdinQueueWrites int
+	StdinQueueBytes  int64
+}
+
+// NewLocalBackend returns a LocalBackend with default settings.
+func NewLocalBackend() *LocalBackend {
+	return &LocalBackend{
+		Retention:        DefaultRetention(),
+		TerminateGrace:   2 * time.Second,
+		StdinQueueWrites: 128,
+		StdinQueueBytes:  16 << 20,
+	}
+}
+
+// Default PTY size.
+const (
+	DefaultRows = 24
+	DefaultCols = 80
+)
+
+// Start spawns spec's command.
+func (b *LocalBackend) Start(ctx context.Context, spec Spec) (Process, error) {
+	if len(spec.Argv) == 0 {
+		return nil, errors.New("argv must not be empty")
+	}
+	path, err := lookPath(spec.Argv[0], spec.Env, spec.Dir)
+	if err != nil {
+		return nil, err
+	}
+	args := append([]string(nil), spec.Argv...)
+	if spec.Arg0 != "" {
+		args[0] = spec.Arg0
+	}
+	cmd := &exec.Cmd{Path: path, Args: args, Env: spec.Env, Dir: spec.Dir}
+	p := &localProcess{
+		cmd:    cmd,
+		grace:  b.TerminateGrace,
+		tty:    spec.Tty,
+		exited: make(chan struct{}),
+	}
+	if p.grace <= 0 {
+		p.grace = 2 * time.Second
+	}
+	var outputs []*os.File // parent's read ends
+	var childEnds []*os.File
+	defer func() {
+		for _, f := range childEnds {
+			f.Close()
+		}
+	}()
+	if spec.Tty {
+		rows, cols := spec.Rows, spec.Cols
+		if rows == 0 {
+			rows = DefaultRows
+		}
+		if cols == 0 {
+			cols = DefaultCols
+		}
+		ptmx, tty, err := pty.Open()
+		if err != nil {
+			return nil, fmt.Errorf("failed to open pty: %w", err)
+		}
+		if err := pty.Setsize(ptmx, &pty.Winsize{Rows: rows, Cols: cols}); err != nil {
+			ptmx.Close()
+			tty.Close()
+			return nil, fmt.Errorf("failed to size pty: %w", err)
+		}
+		childEnds = append(childEnds, tty)
+		cmd.Stdin, cmd.Stdout, cmd.Stderr = tty, tty, tty
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0, Pdeathsig: syscall.SIGKILL}
+		p.ptmx = ptmx
+		outputs = append(outputs, ptmx)
+		p.stdin = newStdinQueue(ptmx, b.StdinQueueWrites, b.StdinQueueBytes, true)
+	} else {
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+		for range 2 {
+			r, w, err := os.Pipe()
+			if err != nil {
+				closeAll(outputs)
+				return nil, fmt.Errorf("failed to create pipe: %w", err)
+			}
+			outputs = append(outputs, r)
+			childEnds = append(childEnds, w)
+		}
+		cmd.Stdout, cmd.Stderr = childEnds[0], childEnds[1]
+		if spec.PipeStdin {
+			r, w, err := os.Pipe()
+			if err != nil {
+				closeAll(outputs)
+				return nil, fmt.Errorf("failed to create pipe: %w", err)
+			}
+			childEnds = append(childEnds, r)
+			cmd.Stdin = r
+			p.stdin = newStdinQueue(w, b.StdinQueueWrites, b.StdinQueueBytes, false)
+		}
+		// cmd.Stdin nil means /dev/null.
+	}
+	if err := cmd.Start(); err != nil {
+		closeAll(outputs)
+		if p.stdin != nil && !spec.Tty {
+			p.stdin.f.Close()
+		}
+		return nil, fmt.Errorf("failed to spawn %q: %w", spec.Argv[0], unwrapExecError(err))
+	}
+	p.pgid = cmd.Process.Pid
+	p.log = NewEventLog(b.Retention, len(outputs))
+	if p.stdin != nil {
+		go p.stdin.run()
+	}
+	labels := []protocol.Stream{protocol.StreamStdout, protocol.StreamStderr}
+	if spec.Tty {
+		labels = []protocol.Stream{protocol.StreamPty}
+	}
+	for i, f := range outputs {
+		go p.pump(f, labels[i])
+	}
+	go p.wait()
+	return p, nil
+}
+
+func closeAll(fs []*os.File) {
+	for _, f := range fs {
+		f.Close()
+	}
+}
+
+func unwrapExecError(err error) error {
+	var pe *os.PathError
+	if errors.As(err, &pe) {
+		return fmt.Errorf("%s: %w", pe.Path, pe.Err)
+	}
+	return err
+}
+
+// lookPath resolves name against the child's PATH (not the executor's),
+// relative to dir for names with a slash.
+func lookPath(name string, env []string, dir string) (string, error) {
+	if strings.Contains(name, "/") {
+		p := name
+		if !filepath.IsAbs(p) {
+			p = filepath.Join(dir, p)
+		}
+		if err := checkExecutable(p); err != nil {
+			return "", fmt.Errorf("failed to spawn %q: %w", name, err)
+		}
+		return p, nil
+	}
+	pathEnv := ""
+	for _, kv := range env {
+		if v, ok := strings.CutPrefix(kv, "PATH="); ok {
+			pathEnv = v
+		}
+	}
+	if pathEnv == "" {
+		pathEnv = "/usr/local/bin:/usr/bin:/bin"
+	}
+	for _, d := range filepath.SplitList(pathEnv) {
+		if d == "" {
+			d = "."
+		}
+		if !filepath.IsAbs(d) {
+			d = filepath.Join(dir, d)
+		}
+		p := filepath.Join(d, name)
+		if checkExecutable(p) == nil {
+			return p, nil
+		}
+	}
+	return "", fmt.Errorf("failed to spawn %q: executable file not found in PATH %q", name, pathEnv)
+}
+
+func checkExecutable(p string) error {
+	fi, err := os.Stat(p)
+	if err != nil {
+		return err
+	}
+	if fi.IsDir() {
+		return errors.New("is a directory")
+	}
+	if fi.Mode()&0o111 == 0 {
+		return errors.New("permission denied (not executable)")
+	}
+	return nil
+}
+
+type localProcess struct {
+	cmd   *exec.Cmd
+	log   *EventLog
+	pgid  int
+	tty   bool
+	ptmx  *os.File
+	grace time.Duration
+	stdin *stdinQueue
+	ids   writeIDs
+
+	exited     chan struct{}
+	terminated atomic.Bool
+	ptyOnce    sync.Once
+}
+
+func (p *localProcess) Log() *EventLog { return p.log }
+
+// pump copies one output stream into the log until EOF. A PTY reports EIO
+// once every holder of the terminal has closed it; that is its EOF.
+func (p *localProcess) pump(f *os.File, stream protocol.Stream) {
+	defer p.log.StreamEOF()
+	defer func() {
+		if !p.tty {
+			f.Close()
+		}
+	}()
+	buf := make([]byte, MaxChunkBytes)
+	for {
+		n, err := f.Read(buf)
+		if n > 0 {
+			data := make([]byte, n)
+			copy(data, buf[:n])
+			if _, aerr := p.log.Append(stream, data); aerr != nil {
+				// Aborted: keep draining so the child is not blocked.
+				io.Copy(io.Discard, f)
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+func (p *localProcess) wait() {
+	err := p.cmd.Wait()
+	code := int32(-1)
+	if st, ok := p.cmd.ProcessState.Sys().(syscall.WaitStatus); ok {
+		switch {
+		case st.Exited():
+			code = int32(st.ExitStatus())
+		case st.Signaled():
+			code = 128 + int32(st.Signal())
+		}
+	} else if err != nil {
+		code = -1
+	}
+	close(p.exited)
+	if p.stdin != nil && !p.tty {
+		p.stdin.closeNow()
+	}
+	p.log.Exit(code, false)
+	if p.tty {
+		// The PTY master stays open until every stream holder is done;
+		// close it once the log is closed so its fd is not leaked.
+		go func() {
+			<-p.log.Closed()
+			p.closePTY()
+		}()
+	}
+}
+
+func (p *localProcess) closePTY() {
+	p.ptyOnce.Do(func() {
+		if p.stdin != nil {
+			p.stdin.closeNow()
+		}
+		p.ptmx.Close()
+	})
+}
+
+func (p *localProcess) hasExited() bool {
+	select {
+	case <-p.exited:
+		return true
+	default:
+		return false
+	}
+}
+
+func (p *localProcess) Write(data []byte, writeID string, closeStdin bool) (protocol.WriteStatus, error) {
+	if p.stdin == nil {
+		return protocol.WriteStdinClosed, nil
+	}
+	return p.ids.accept(writeID, func() (protocol.WriteStatus, error) {
+		return p.stdin.enqueue(data, closeStdin)
+	})
+}
+
+var signalNumbers = map[protocol.Signal]syscall.Signal{
+	protocol.SignalInterrupt: syscall.SIGINT,
+	protocol.SignalTerminate: syscall.SIGTERM,
+	protocol.SignalHangup:    syscall.SIGHUP,
+	protocol.SignalKill:      syscall.SIGKILL,
+	protocol.SignalQuit:      syscall.SIGQUIT,
+	protocol.SignalUser1:     syscall.SIGUSR1,
+	protocol.SignalUser2:     syscall.SIGUSR2,
+}
+
+func (p *localProcess) Signal(sig protocol.Signal) error {
+	num, ok := signalNumbers[sig]
+	if !ok {
+		return fmt.Errorf("unsupported signal %q", sig)
+	}
+	select {
+	case <-p.log.Closed():
+		return nil
+	default:
+	}
+	target := p.pgid
+	if p.tty && (num == syscall.SIGINT || num == syscall.SIGQUIT) {
+		// Keyboard signals go to the terminal's foreground job, as the
+		// terminal itself would send them.
+		if fg, err := unix.IoctlGetInt(int(p.ptmx.Fd()), unix.TIOCGPGRP); err == nil && fg > 0 {
+			target = fg
+		}
+	}
+	if err := syscall.Kill(-target, num); err != nil && !errors.Is(err, syscall.ESRCH) {
+		return fmt.Errorf("failed to signal process: %w", err)
+	}
+	return nil
+}
+
+func (p *localProcess) Resize(rows, cols uint16) error {
+	if !p.tty {
+		return ErrNotTTY
+	}
+	if rows == 0 || cols == 0 {
+		return errors.New("rows and cols must be positive")
+	}
+	select {
+	case <-p.log.Closed():
+		return nil
+	default:
+	}
+	if err := pty.Setsize(p.ptmx, &pty.Winsize{Rows: rows, Cols: cols}); err != nil {
+		return fmt.Errorf("failed to resize pty: %w", err)
+	}
+	return nil
+}
+
+func (p *localProcess) Terminate() bool {
+	if p.hasExited() {
+		return false
+	}
+	if !p.terminated.CompareAndSwap(false, true) {
+		return true
+	}
+	syscall.Kill(-p.pgid, syscall.SIGTERM)
+	go func() {
+		t := time.NewTimer(p.grace)
+		defer t.Stop()
+		select {
+		case <-p.log.Closed():
+			return
+		case <-t.C:
+		}
+		// Whatever of the group is left (the leader, or descendants that
+		// ignored TERM and still hold the output pipes) is killed.
+		syscall.Kill(-p.pgid, syscall.SIGKILL)
+	}()
+	return true
+}
+
+func (p *localProcess) Kill() {
+	select {
+	case <-p.log.Closed():
+		return
+	default:
+	}
+	syscall.Kill(-p.pgid, syscall.SIGKILL)
+}
+
+// stdinQueue feeds a child's stdin from a bounded queue, so a child that
+// does not read its stdin never blocks the connection that writes to it.
+type stdinQueue struct {
+	f        *os.File
+	isPTY    bool
+	maxItems int
+	maxBytes int64
+
+	mu      sync.Mutex
+	items   []stdinItem
+	bytes   int64
+	closed  bool // no more writes accepted
+	kick    chan struct{}
+	stopped chan struct{}
+	stop    sync.Once
+}
+
+type stdinItem struct {
+	data  []byte
+	close bool
+}
+
+func newStdinQueue(f *os.File, maxItems int, maxBytes int64, isPTY bool) *stdinQueue {
+	if maxItems <= 0 {
+		maxItems = 128
+	}
+	if maxBytes <= 0 {
+		maxBytes = 16 << 20
+	}
+	return &stdinQueue{f: f, isPTY: isPTY, maxItems: maxItems, maxBytes: maxBytes,
+		kick: make(chan struct{}, 1), stopped: make(chan struct{})}
+}
+
+// eotChar is what a terminal in canonical mode reads as end of file (^D).
+const eotChar = 0x04
+
+func (q *stdinQueue) enqueue(data []byte, closeAfter bool) (protocol.WriteStatus, error) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.closed {
+		return protocol.WriteStdinClosed, nil
+	}
+	if len(q.items) >= q.maxItems || (len(q.items) > 0 && q.bytes+int64(len(data)) > q.maxBytes) {
+		return "", ErrStdinQueueFull
+	}
+	q.items = append(q.items, stdinItem{data: data, close: closeAfter})
+	q.bytes += int64(len(data))
+	if closeAfter && !q.isPTY {
+		q.closed = true
+	}
+	select {
+	case q.kick <- struct{}{}:
+	default:
+	}
+	return protocol.WriteAccepted, nil
+}
+
+func (q *stdinQueue) run() {
+	defer func() {
+		if !q.isPTY {
+			q.f.Close()
+		}
+	}()
+	for {
+		q.mu.Lock()
+		if len(q.items) == 0 {
+			q.mu.Unlock()
+			select {
+			case <-q.kick:
+				continue
+			case <-q.stopped:
+				return
+			}
+		}
+		it := q.items[0]
+		q.items[0] = stdinItem{}
+		q.items = q.items[1:]
+		q.bytes -= int64(len(it.data))
+		q.mu.Unlock()
+		if len(it.data) > 0 {
+			if _, err := q.f.Write(it.data); err != nil {
+				q.markClosed()
+				return
+			}
+		}
+		if it.close {
+			if q.isPTY {
+				if _, err := q.f.Write([]byte{eotChar}); err != nil {
+					q.markClosed()
+					return
+				}
+				continue
+			}
+			return
+		}
+	}
+}
+
+func (q *stdinQueue) markClosed() {
+	q.mu.Lock()
+	q.closed = true
+	q.items = nil
+	q.bytes = 0
+	q.mu.Unlock()
+}
+
+// closeNow stops feeding stdin: pending writes are dropped (the child has
+// exited, or the terminal is going away).
+func (q *stdinQueue) closeNow() {
+	q.markClosed()
+	q.stop.Do(func() {
+		close(q.stopped)
+		if !q.isPTY {
+			q.f.Close() // unblocks a write to a child that stopped reading
+		}
+	})
+}

@@ -1,0 +1,209 @@
+// Package executor is outpost's exec-server: it starts processes for
+// remote clients and lets them stream output, write stdin, signal, resize,
+// terminate and resume after a dropped connection.
+//
+// A Server owns sessions. A connection calls initialize to open a session
+// (or re-attach a detached one), then drives processes through the method
+// table in handler.go. Processes belong to the session, not the
+// connection: when the connection drops, the session detaches and its
+// processes keep running for Config.DetachedTTL, their output retained
+// (bounded) for a later process/read.
+//
+// Bounds: Config.MaxSessions sessions; Config.MaxProcessesPerSession
+// processes per session (running, starting, or closed but not yet
+// evicted); per process, a retention buffer (Retention) and at most four
+// goroutines (two output pumps, a waiter, a stdin feeder); per connection,
+// Config.MaxConcurrentReads long polls and maxPendingReplies queued replies.
+package executor
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/outpost-exec/outpost/protocol"
+)
+
+// Config configures a Server. Start from DefaultConfig.
+type Config struct {
+	Backend Backend
+	Logger  *zap.Logger
+	// MaxSessions bounds live sessions, attached or detached (default 1024).
+	MaxSessions int
+	// MaxProcessesPerSession bounds one session's process table (default 1024).
+	MaxProcessesPerSession int
+	// DetachedTTL is how long a detached session's processes keep running
+	// before they are killed (default 5 min).
+	DetachedTTL time.Duration
+	// ClosedRetention is how long a closed process stays readable before
+	// its id is forgotten and may be reused (default 30 s).
+	ClosedRetention time.Duration
+	// MaxConcurrentReads bounds in-flight process/read long polls per
+	// connection (default 32).
+	MaxConcurrentReads int
+	// DefaultCwd is the cwd of a start request without one (default: the
+	// executor's working directory).
+	DefaultCwd string
+	// BaseEnv is what an envPolicy inherits from (default: os.Environ()).
+	BaseEnv []string
+	// Version is reported by environment/info.
+	Version string
+}
+
+// DefaultConfig returns the default configuration with a LocalBackend.
+func DefaultConfig() Config {
+	cwd, _ := os.Getwd()
+	return Config{
+		Backend:                NewLocalBackend(),
+		Logger:                 zap.NewNop(),
+		MaxSessions:            1024,
+		MaxProcessesPerSession: 1024,
+		DetachedTTL:            5 * time.Minute,
+		ClosedRetention:        30 * time.Second,
+		MaxConcurrentReads:     32,
+		DefaultCwd:             cwd,
+		BaseEnv:                os.Environ(),
+		Version:                "dev",
+	}
+}
+
+// Validate reports the first invalid setting.
+func (c Config) Validate() error {
+	switch {
+	case c.Backend == nil:
+		return errors.New("executor: Backend is required")
+	case c.MaxSessions < 1:
+		return errors.New("executor: MaxSessions must be at least 1")
+	case c.MaxProcessesPerSession < 1:
+		return errors.New("executor: MaxProcessesPerSession must be at least 1")
+	case c.DetachedTTL <= 0:
+		return errors.New("executor: DetachedTTL must be positive")
+	case c.ClosedRetention <= 0:
+		return errors.New("executor: ClosedRetention must be positive")
+	case c.MaxConcurrentReads < 1:
+		return errors.New("executor: MaxConcurrentReads must be at least 1")
+	}
+	if lb, ok := c.Backend.(*LocalBackend); ok {
+		if err := lb.Retention.validate(); err != nil {
+			return fmt.Errorf("executor: %w", err)
+		}
+	}
+	return nil
+}
+
+// Server is the exec-server: a registry of sessions shared by all
+// connections, so a session can move from a dropped connection to a new one.
+type Server struct {
+	cfg Config
+	log *zap.Logger
+
+	mu       sync.Mutex
+	sessions map[string]*Session
+	closing  bool
+	conns    sync.WaitGroup
+}
+
+// NewServer validates cfg and returns a Server.
+func NewServer(cfg Config) (*Server, error) {
+	if cfg.Logger == nil {
+		cfg.Logger = zap.NewNop()
+	}
+	if cfg.BaseEnv == nil {
+		cfg.BaseEnv = os.Environ()
+	}
+	if cfg.DefaultCwd == "" {
+		cfg.DefaultCwd, _ = os.Getwd()
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	return &Server{cfg: cfg, log: cfg.Logger, sessions: make(map[string]*Session)}, nil
+}
+
+// Config returns the server's configuration.
+func (s *Server) Config() Config { return s.cfg }
+
+// ErrShuttingDown refuses new sessions during shutdown.
+var ErrShuttingDown = errors.New("executor is shutting down")
+
+// newSession creates and registers a session attached to nothing yet.
+func (s *Server) newSession() (*Session, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closing {
+		return nil, protocol.Errorf(protocol.CodeInvalidRequest, "%v", ErrShuttingDown)
+	}
+	if len(s.sessions) >= s.cfg.MaxSessions {
+		return nil, protocol.Errorf(protocol.CodeInvalidRequest, "too many sessions on this executor (limit %d)", s.cfg.MaxSessions)
+	}
+	sess := &Session{id: newUUID(), srv: s, procs: make(map[string]*procEntry)}
+	s.sessions[sess.id] = sess
+	return sess, nil
+}
+
+func (s *Server) lookup(id string) *Session {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.sessions[id]
+}
+
+func (s *Server) remove(sess *Session) {
+	s.mu.Lock()
+	if s.sessions[sess.id] == sess {
+		delete(s.sessions, sess.id)
+	}
+	s.mu.Unlock()
+}
+
+// SessionCount returns the number of live sessions.
+func (s *Server) SessionCount() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.sessions)
+}
+
+// Shutdown refuses new sessions, terminates every process of every session
+// (TERM, then KILL after the backend's grace) and waits until they have
+// closed or ctx is done, when the rest are killed.
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.mu.Lock()
+	s.closing = true
+	sessions := make([]*Session, 0, len(s.sessions))
+	for _, sess := range s.sessions {
+		sessions = append(sessions, sess)
+	}
+	s.mu.Unlock()
+	var procs []Process
+	for _, sess := range sessions {
+		procs = append(procs, sess.end(false)...)
+	}
+	for _, p := range procs {
+		p.Terminate()
+	}
+	for _, p := range procs {
+		select {
+		case <-p.Log().Closed():
+		case <-ctx.Done():
+			for _, p := range procs {
+				p.Kill()
+			}
+			return ctx.Err()
+		}
+	}
+	return nil
+}
+
+// newUUID returns a random (version 4) UUID.
+func newUUID() string {
+	var b [16]byte
+	rand.Read(b[:])
+	b[6] = b[6]&0x0f | 0x40
+	b[8] = b[8]&0x3f | 0x80
+	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
+}

@@ -1,0 +1,354 @@
+package executor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/outpost-exec/outpost/protocol"
+)
+
+// Session owns a table of processes keyed by client-chosen ids. It is
+// attached to at most one connection, which receives its notifications.
+type Session struct {
+	id  string
+	srv *Server
+
+	mu       sync.Mutex
+	procs    map[string]*procEntry
+	attached *attachment
+	expiry   *time.Timer
+	ended    bool
+}
+
+// procEntry is a process table slot: a Starting placeholder (proc nil)
+// or a started process. start identifies the start attempt, so a failed
+// or cancelled start removes only its own placeholder.
+type procEntry struct {
+	start *struct{ _ byte }
+	proc  Process
+}
+
+// attachment is one connection's hold on a session.
+type attachment struct {
+	sink  eventSink
+	ended chan struct{} // closed when the connection detaches or is evicted
+}
+
+// eventSink receives the pushed events of a session's processes.
+type eventSink interface {
+	// follow starts pushing proc's events after seq afterSeq.
+	follow(id string, proc Process, afterSeq uint64, fromNow bool)
+}
+
+// ID returns the session id.
+func (s *Session) ID() string { return s.id }
+
+// MaxProcessIDBytes bounds a client-chosen process id.
+const MaxProcessIDBytes = 256
+
+// attach makes sink the session's connection. A session attached
+// elsewhere refuses.
+func (s *Session) attach(sink eventSink) (*attachment, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ended {
+		return nil, protocol.Errorf(protocol.CodeInvalidRequest, "unknown session id %s", s.id)
+	}
+	if s.attached != nil {
+		return nil, protocol.Errorf(protocol.CodeSessionAlreadyAttached, "session %s is already attached to another connection", s.id)
+	}
+	if s.expiry != nil {
+		s.expiry.Stop()
+		s.expiry = nil
+	}
+	a := &attachment{sink: sink, ended: make(chan struct{})}
+	s.attached = a
+	for id, e := range s.procs {
+		if e.proc != nil {
+			sink.follow(id, e.proc, 0, true)
+		}
+	}
+	return a, nil
+}
+
+// detach ends a's hold; the session's processes keep running for the TTL.
+func (s *Session) detach(a *attachment) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.attached != a || a == nil {
+		return
+	}
+	s.attached = nil
+	close(a.ended)
+	if s.ended {
+		return
+	}
+	ttl := s.srv.cfg.DetachedTTL
+	s.expiry = time.AfterFunc(ttl, func() {
+		s.mu.Lock()
+		still := s.attached == nil && !s.ended
+		s.mu.Unlock()
+		if still {
+			s.srv.log.Info("detached session expired; killing its processes", zap.String("session", s.id), zap.Duration("ttl", ttl))
+			for _, p := range s.end(true) {
+				p.Kill()
+			}
+		}
+	})
+}
+
+// end removes the session from the server and returns its processes. With
+// onlyDetached it does nothing if a connection re-attached meanwhile.
+func (s *Session) end(onlyDetached bool) []Process {
+	s.mu.Lock()
+	if s.ended || (onlyDetached && s.attached != nil) {
+		s.mu.Unlock()
+		return nil
+	}
+	s.ended = true
+	if s.expiry != nil {
+		s.expiry.Stop()
+	}
+	var procs []Process
+	for _, e := range s.procs {
+		if e.proc != nil {
+			procs = append(procs, e.proc)
+		}
+	}
+	clear(s.procs)
+	s.mu.Unlock()
+	s.srv.remove(s)
+	return procs
+}
+
+func (s *Session) validateStart(p *protocol.ExecParams) error {
+	switch {
+	case p.ProcessID == "":
+		return protocol.Errorf(protocol.CodeInvalidParams, "processId must not be empty")
+	case len(p.ProcessID) > MaxProcessIDBytes:
+		return protocol.Errorf(protocol.CodeInvalidParams, "processId must be at most %d bytes", MaxProcessIDBytes)
+	case len(p.Argv) == 0:
+		return protocol.Errorf(protocol.CodeInvalidParams, "argv must not be empty")
+	case p.Argv[0] == "":
+		return protocol.Errorf(protocol.CodeInvalidParams, "argv[0] must not be empty")
+	case p.Sandbox != nil:
+		return protocol.Errorf(protocol.CodeInvalidRequest, "sandbox cannot be enforced on this executor: this executor has no sandbox support")
+	case p.EnforceManagedNetwork || p.ManagedNetwork != nil:
+		return protocol.Errorf(protocol.CodeInvalidRequest, "managed network cannot be enforced on this executor: not supported")
+	}
+	for i, a := range p.Argv {
+		if strings.ContainsRune(a, 0) {
+			return protocol.Errorf(protocol.CodeInvalidParams, "argv[%d] contains a NUL byte", i)
+		}
+	}
+	if p.Arg0 != nil && strings.ContainsRune(*p.Arg0, 0) {
+		return protocol.Errorf(protocol.CodeInvalidParams, "arg0 contains a NUL byte")
+	}
+	return nil
+}
+
+// prepare turns start params into a Spec on this machine.
+func (s *Session) prepare(p *protocol.ExecParams) (Spec, error) {
+	dir, err := NativeDir(p.Cwd, s.srv.cfg.DefaultCwd)
+	if err != nil {
+		if errors.Is(err, ErrForeignPath) {
+			return Spec{}, protocol.Errorf(protocol.CodeInvalidParams, "cwd URI `%s` is not valid on this exec-server host: %v", p.Cwd, err)
+		}
+		return Spec{}, protocol.Errorf(protocol.CodeInvalidParams, "%v", err)
+	}
+	env, err := ChildEnv(p.EnvPolicy, p.Env, s.srv.cfg.BaseEnv)
+	if err != nil {
+		return Spec{}, protocol.Errorf(protocol.CodeInvalidParams, "%v", err)
+	}
+	spec := Spec{Argv: p.Argv, Dir: dir, Env: env, Tty: p.Tty, PipeStdin: p.PipeStdin, Rows: p.Rows, Cols: p.Cols}
+	if p.Arg0 != nil {
+		spec.Arg0 = *p.Arg0
+	}
+	return spec, nil
+}
+
+// Start starts a process under p.ProcessID. Two starts with one id give
+// exactly one success; a terminate that arrives while the process is
+// starting cancels the start.
+func (s *Session) Start(ctx context.Context, p protocol.ExecParams) (protocol.StartResult, error) {
+	if err := s.validateStart(&p); err != nil {
+		return protocol.StartResult{}, err
+	}
+	spec, err := s.prepare(&p)
+	if err != nil {
+		return protocol.StartResult{}, err
+	}
+	id := p.ProcessID
+	entry := &procEntry{start: new(struct{ _ byte })}
+	s.mu.Lock()
+	switch {
+	case s.ended:
+		s.mu.Unlock()
+		return protocol.StartResult{}, protocol.Errorf(protocol.CodeInvalidRequest, "session %s has ended", s.id)
+	case s.procs[id] != nil:
+		s.mu.Unlock()
+		return protocol.StartResult{}, protocol.Errorf(protocol.CodeInvalidRequest, "process %s already exists", id)
+	case len(s.procs) >= s.srv.cfg.MaxProcessesPerSession:
+		s.mu.Unlock()
+		return protocol.StartResult{}, protocol.Errorf(protocol.CodeInvalidRequest,
+			"too many processes in this session (limit %d, counting closed processes retained for %s)",
+			s.srv.cfg.MaxProcessesPerSession, s.srv.cfg.ClosedRetention)
+	}
+	s.procs[id] = entry
+	s.mu.Unlock()
+
+	proc, err := s.srv.cfg.Backend.Start(ctx, spec)
+
+	s.mu.Lock()
+	mine := s.procs[id] == entry
+	if err != nil {
+		if mine {
+			delete(s.procs, id)
+		}
+		s.mu.Unlock()
+		return protocol.StartResult{}, protocol.Errorf(protocol.CodeInternal, "%v", err)
+	}
+	if !mine || s.ended {
+		s.mu.Unlock()
+		proc.Kill()
+		return protocol.StartResult{}, protocol.Errorf(protocol.CodeInvalidRequest, "process %s start was cancelled", id)
+	}
+	entry.proc = proc
+	if s.attached != nil {
+		s.attached.sink.follow(id, proc, 0, false)
+	}
+	s.mu.Unlock()
+	go s.evictAfterClose(id, entry)
+	return protocol.StartResult{ProcessID: id}, nil
+}
+
+func (s *Session) evictAfterClose(id string, e *procEntry) {
+	<-e.proc.Log().Closed()
+	time.AfterFunc(s.srv.cfg.ClosedRetention, func() {
+		s.mu.Lock()
+		if s.procs[id] == e {
+			delete(s.procs, id)
+		}
+		s.mu.Unlock()
+	})
+}
+
+// lookup returns the entry for id (nil if unknown).
+func (s *Session) lookup(id string) *procEntry {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e := s.procs[id]
+	if e == nil {
+		return nil
+	}
+	return &procEntry{start: e.start, proc: e.proc}
+}
+
+// Read answers process/read.
+func (s *Session) Read(ctx context.Context, p protocol.ReadParams, cancel <-chan struct{}) (protocol.ReadResult, error) {
+	e := s.lookup(p.ProcessID)
+	if e == nil {
+		return protocol.ReadResult{}, protocol.Errorf(protocol.CodeInvalidRequest, "unknown process id %s", p.ProcessID)
+	}
+	if e.proc == nil {
+		return protocol.ReadResult{}, protocol.Errorf(protocol.CodeInvalidRequest, "process id %s is starting", p.ProcessID)
+	}
+	req := ReadRequest{MaxBytes: -1, Cancel: cancel}
+	if p.AfterSeq != nil {
+		req.AfterSeq = *p.AfterSeq
+	}
+	if p.MaxBytes != nil && *p.MaxBytes < 1<<62 {
+		req.MaxBytes = int64(*p.MaxBytes)
+	}
+	if p.WaitMs != nil {
+		req.Wait = time.Duration(min(*p.WaitMs, uint64(24*time.Hour/time.Millisecond))) * time.Millisecond
+	}
+	res, err := e.proc.Log().Read(ctx, req)
+	if errors.Is(err, ErrReadCancelled) {
+		return res, protocol.Errorf(protocol.CodeInvalidRequest, "%v", err)
+	}
+	return res, err
+}
+
+// Write answers process/write.
+func (s *Session) Write(p protocol.WriteParams) (protocol.WriteResult, error) {
+	writeID := ""
+	if p.WriteID != nil {
+		if *p.WriteID == "" {
+			return protocol.WriteResult{}, protocol.Errorf(protocol.CodeInvalidParams, "writeId must not be empty")
+		}
+		writeID = *p.WriteID
+	}
+	e := s.lookup(p.ProcessID)
+	switch {
+	case e == nil:
+		return protocol.WriteResult{Status: protocol.WriteUnknownProcess}, nil
+	case e.proc == nil:
+		return protocol.WriteResult{Status: protocol.WriteStarting}, nil
+	}
+	st, err := e.proc.Write(p.Chunk, writeID, p.CloseStdin)
+	if err != nil {
+		return protocol.WriteResult{}, protocol.Errorf(protocol.CodeInternal, "failed to write to process stdin: %v", err)
+	}
+	return protocol.WriteResult{Status: st}, nil
+}
+
+// Signal answers process/signal: a no-op for unknown or starting processes.
+func (s *Session) Signal(p protocol.SignalParams) error {
+	sig, ok := protocol.ParseSignal(p.Signal)
+	if !ok {
+		return protocol.Errorf(protocol.CodeInvalidParams, "unknown signal %q; expected one of %v", p.Signal, protocol.Signals)
+	}
+	e := s.lookup(p.ProcessID)
+	if e == nil || e.proc == nil {
+		return nil
+	}
+	if err := e.proc.Signal(sig); err != nil {
+		return protocol.Errorf(protocol.CodeInternal, "failed to signal process: %v", err)
+	}
+	return nil
+}
+
+// Terminate answers process/terminate. Terminating a starting process
+// cancels its start.
+func (s *Session) Terminate(p protocol.TerminateParams) protocol.TerminateResult {
+	s.mu.Lock()
+	e := s.procs[p.ProcessID]
+	if e != nil && e.proc == nil {
+		delete(s.procs, p.ProcessID)
+		s.mu.Unlock()
+		return protocol.TerminateResult{Running: true}
+	}
+	s.mu.Unlock()
+	if e == nil {
+		return protocol.TerminateResult{Running: false}
+	}
+	return protocol.TerminateResult{Running: e.proc.Terminate()}
+}
+
+// Resize answers process/resize.
+func (s *Session) Resize(p protocol.ResizeParams) error {
+	if p.Rows == 0 || p.Cols == 0 {
+		return protocol.Errorf(protocol.CodeInvalidParams, "rows and cols must be positive")
+	}
+	e := s.lookup(p.ProcessID)
+	switch {
+	case e == nil:
+		return protocol.Errorf(protocol.CodeInvalidRequest, "unknown process id %s", p.ProcessID)
+	case e.proc == nil:
+		return protocol.Errorf(protocol.CodeInvalidRequest, "process id %s is starting", p.ProcessID)
+	}
+	if err := e.proc.Resize(p.Rows, p.Cols); err != nil {
+		if errors.Is(err, ErrNotTTY) {
+			return protocol.Errorf(protocol.CodeInvalidRequest, "process %s is not a tty", p.ProcessID)
+		}
+		return protocol.Errorf(protocol.CodeInternal, "%v", fmt.Errorf("resize: %w", err))
+	}
+	return nil
+}

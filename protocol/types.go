@@ -1,0 +1,261 @@
+package protocol
+
+import "strings"
+
+// InitializeParams opens or resumes a session.
+type InitializeParams struct {
+	ClientName string `json:"clientName" msgpack:"clientName"`
+	// ResumeSessionID re-attaches a detached session; its processes kept
+	// running while it was detached and their retained output can be read.
+	ResumeSessionID *string `json:"resumeSessionId,omitempty" msgpack:"resumeSessionId,omitempty"`
+}
+
+// InitializeResult names the session, new or resumed.
+type InitializeResult struct {
+	SessionID string `json:"sessionId" msgpack:"sessionId"`
+}
+
+// EnvPolicyInherit selects which of the executor's own variables a child
+// starts from when an EnvPolicy is given.
+type EnvPolicyInherit string
+
+const (
+	InheritAll  EnvPolicyInherit = "all"
+	InheritCore EnvPolicyInherit = "core"
+	InheritNone EnvPolicyInherit = "none"
+)
+
+// EnvPolicy builds a child's environment from the executor's own: start
+// from Inherit, drop names matching *KEY*, *SECRET*, *TOKEN* (unless
+// IgnoreDefaultExcludes), drop Exclude, add Set, keep only IncludeOnly when
+// it is non-empty. Patterns are case-insensitive globs (* and ?). The
+// request's Env is laid over the result.
+type EnvPolicy struct {
+	Inherit               EnvPolicyInherit  `json:"inherit" msgpack:"inherit"`
+	IgnoreDefaultExcludes bool              `json:"ignoreDefaultExcludes" msgpack:"ignoreDefaultExcludes"`
+	Exclude               []string          `json:"exclude" msgpack:"exclude"`
+	Set                   map[string]string `json:"set" msgpack:"set"`
+	IncludeOnly           []string          `json:"includeOnly" msgpack:"includeOnly"`
+}
+
+// ManagedNetwork is codex's managed-network description. outpost does not
+// implement managed networking; a request that asks for it fails closed.
+type ManagedNetwork struct {
+	LoopbackPorts     []uint16 `json:"loopbackPorts" msgpack:"loopbackPorts"`
+	AllowLocalBinding bool     `json:"allowLocalBinding" msgpack:"allowLocalBinding"`
+}
+
+// ExecParams are the params of process/start.
+type ExecParams struct {
+	// ProcessID is chosen by the client and unique within the session.
+	ProcessID string   `json:"processId" msgpack:"processId"`
+	Argv      []string `json:"argv" msgpack:"argv"`
+	// Cwd is a file: URI or an absolute path on the executor. Empty means
+	// the executor's own working directory.
+	Cwd       string     `json:"cwd" msgpack:"cwd"`
+	EnvPolicy *EnvPolicy `json:"envPolicy,omitempty" msgpack:"envPolicy,omitempty"`
+	// Env is the child's exact environment when EnvPolicy is nil, and an
+	// overlay on the policy's result otherwise.
+	Env map[string]string `json:"env" msgpack:"env"`
+	// Tty runs the child on a pseudo-terminal (24x80 unless Rows/Cols say
+	// otherwise); its output is one stream labelled "pty".
+	Tty bool `json:"tty" msgpack:"tty"`
+	// PipeStdin keeps a non-tty child's stdin writable. Without it (and
+	// without Tty) stdin is /dev/null and writes answer stdinClosed.
+	PipeStdin bool `json:"pipeStdin,omitempty" msgpack:"pipeStdin,omitempty"`
+	// Arg0 overrides the argv[0] the child sees.
+	Arg0 *string `json:"arg0,omitempty" msgpack:"arg0,omitempty"`
+	// Sandbox is the portable sandbox intent. An executor that cannot
+	// enforce it refuses the start; it never runs the command unsandboxed.
+	Sandbox               any             `json:"sandbox,omitempty" msgpack:"sandbox,omitempty"`
+	EnforceManagedNetwork bool            `json:"enforceManagedNetwork,omitempty" msgpack:"enforceManagedNetwork,omitempty"`
+	ManagedNetwork        *ManagedNetwork `json:"managedNetwork,omitempty" msgpack:"managedNetwork,omitempty"`
+	// Rows and Cols size the PTY at start (outpost addition; 0 = default).
+	Rows uint16 `json:"rows,omitempty" msgpack:"rows,omitempty"`
+	Cols uint16 `json:"cols,omitempty" msgpack:"cols,omitempty"`
+}
+
+// StartResult is the result of process/start.
+type StartResult struct {
+	ProcessID   string `json:"processId" msgpack:"processId"`
+	SandboxType string `json:"sandboxType,omitempty" msgpack:"sandboxType,omitempty"`
+}
+
+// Stream labels an output chunk.
+type Stream string
+
+const (
+	StreamStdout Stream = "stdout"
+	StreamStderr Stream = "stderr"
+	StreamPty    Stream = "pty"
+)
+
+// ReadParams are the params of process/read, a long poll over the
+// process's retained output.
+type ReadParams struct {
+	ProcessID string  `json:"processId" msgpack:"processId"`
+	AfterSeq  *uint64 `json:"afterSeq,omitempty" msgpack:"afterSeq,omitempty"`
+	MaxBytes  *uint64 `json:"maxBytes,omitempty" msgpack:"maxBytes,omitempty"`
+	WaitMs    *uint64 `json:"waitMs,omitempty" msgpack:"waitMs,omitempty"`
+}
+
+// OutputChunk is one read from one of the child's streams. Chunk is
+// standard base64 with padding in JSON and raw bytes in msgpack.
+type OutputChunk struct {
+	Seq    uint64 `json:"seq" msgpack:"seq"`
+	Stream Stream `json:"stream" msgpack:"stream"`
+	Chunk  []byte `json:"chunk" msgpack:"chunk"`
+}
+
+// Gap reports sequence numbers FromSeq..ToSeq (inclusive) that the caller
+// asked for but the executor no longer retains: their output is lost to
+// this reader. Codex omits them silently; outpost says so.
+type Gap struct {
+	FromSeq uint64 `json:"fromSeq" msgpack:"fromSeq"`
+	ToSeq   uint64 `json:"toSeq" msgpack:"toSeq"`
+}
+
+// ReadResult is the result of process/read.
+type ReadResult struct {
+	Chunks        []OutputChunk `json:"chunks" msgpack:"chunks"`
+	NextSeq       uint64        `json:"nextSeq" msgpack:"nextSeq"`
+	Exited        bool          `json:"exited" msgpack:"exited"`
+	ExitCode      *int32        `json:"exitCode" msgpack:"exitCode"`
+	Closed        bool          `json:"closed" msgpack:"closed"`
+	Failure       *string       `json:"failure" msgpack:"failure"`
+	SandboxDenied bool          `json:"sandboxDenied" msgpack:"sandboxDenied"`
+	Gap           *Gap          `json:"gap,omitempty" msgpack:"gap,omitempty"`
+}
+
+// WriteParams are the params of process/write.
+type WriteParams struct {
+	ProcessID string `json:"processId" msgpack:"processId"`
+	Chunk     []byte `json:"chunk" msgpack:"chunk"`
+	// WriteID de-duplicates retries: a WriteID already accepted for this
+	// process answers accepted and writes nothing. Older codex peers send
+	// none; then there is no de-duplication.
+	WriteID *string `json:"writeId,omitempty" msgpack:"writeId,omitempty"`
+	// CloseStdin closes the child's stdin after Chunk (outpost addition).
+	// On a PTY it sends the terminal's EOF character (^D).
+	CloseStdin bool `json:"closeStdin,omitempty" msgpack:"closeStdin,omitempty"`
+}
+
+// WriteStatus is the outcome of process/write.
+type WriteStatus string
+
+const (
+	WriteAccepted       WriteStatus = "accepted"
+	WriteUnknownProcess WriteStatus = "unknownProcess"
+	WriteStdinClosed    WriteStatus = "stdinClosed"
+	WriteStarting       WriteStatus = "starting"
+)
+
+// WriteResult is the result of process/write.
+type WriteResult struct {
+	Status WriteStatus `json:"status" msgpack:"status"`
+}
+
+// Signal names a signal for process/signal. codex knows only interrupt.
+type Signal string
+
+const (
+	SignalInterrupt Signal = "interrupt" // SIGINT
+	SignalTerminate Signal = "terminate" // SIGTERM
+	SignalHangup    Signal = "hangup"    // SIGHUP
+	SignalKill      Signal = "kill"      // SIGKILL
+	SignalQuit      Signal = "quit"      // SIGQUIT
+	SignalUser1     Signal = "user1"     // SIGUSR1
+	SignalUser2     Signal = "user2"     // SIGUSR2
+)
+
+// Signals lists every signal process/signal accepts.
+var Signals = []Signal{SignalInterrupt, SignalTerminate, SignalHangup, SignalKill, SignalQuit, SignalUser1, SignalUser2}
+
+// ParseSignal accepts a Signal name, or a conventional name such as "INT",
+// "SIGTERM" or "usr1", case-insensitively.
+func ParseSignal(s string) (Signal, bool) {
+	switch strings.TrimPrefix(strings.ToUpper(s), "SIG") {
+	case "INTERRUPT", "INT":
+		return SignalInterrupt, true
+	case "TERMINATE", "TERM":
+		return SignalTerminate, true
+	case "HANGUP", "HUP":
+		return SignalHangup, true
+	case "KILL":
+		return SignalKill, true
+	case "QUIT":
+		return SignalQuit, true
+	case "USER1", "USR1":
+		return SignalUser1, true
+	case "USER2", "USR2":
+		return SignalUser2, true
+	}
+	return "", false
+}
+
+// SignalParams are the params of process/signal.
+type SignalParams struct {
+	ProcessID string `json:"processId" msgpack:"processId"`
+	Signal    string `json:"signal" msgpack:"signal"`
+}
+
+// TerminateParams are the params of process/terminate.
+type TerminateParams struct {
+	ProcessID string `json:"processId" msgpack:"processId"`
+}
+
+// TerminateResult says whether the process was still running (or
+// starting) when the terminate arrived.
+type TerminateResult struct {
+	Running bool `json:"running" msgpack:"running"`
+}
+
+// ResizeParams are the params of process/resize (outpost addition).
+type ResizeParams struct {
+	ProcessID string `json:"processId" msgpack:"processId"`
+	Rows      uint16 `json:"rows" msgpack:"rows"`
+	Cols      uint16 `json:"cols" msgpack:"cols"`
+}
+
+// Empty is the result of methods that return nothing.
+type Empty struct{}
+
+// Shell names the executor's default shell.
+type Shell struct {
+	Name string `json:"name" msgpack:"name"`
+	Path string `json:"path" msgpack:"path"`
+}
+
+// EnvironmentInfo is the result of environment/info.
+type EnvironmentInfo struct {
+	Shell           Shell  `json:"shell" msgpack:"shell"`
+	Cwd             string `json:"cwd,omitempty" msgpack:"cwd,omitempty"` // file: URI
+	ExecutorVersion string `json:"executorVersion,omitempty" msgpack:"executorVersion,omitempty"`
+	PlatformOS      string `json:"platformOs,omitempty" msgpack:"platformOs,omitempty"`
+	UserHomeDir     string `json:"userHomeDir,omitempty" msgpack:"userHomeDir,omitempty"`
+	TempDir         string `json:"tempDir,omitempty" msgpack:"tempDir,omitempty"`
+}
+
+// OutputNotification is the params of process/output.
+type OutputNotification struct {
+	ProcessID string `json:"processId" msgpack:"processId"`
+	Seq       uint64 `json:"seq" msgpack:"seq"`
+	Stream    Stream `json:"stream" msgpack:"stream"`
+	Chunk     []byte `json:"chunk" msgpack:"chunk"`
+}
+
+// ExitedNotification is the params of process/exited. ExitCode is the
+// child's exit status, or 128+n when signal n killed it.
+type ExitedNotification struct {
+	ProcessID     string `json:"processId" msgpack:"processId"`
+	Seq           uint64 `json:"seq" msgpack:"seq"`
+	ExitCode      int32  `json:"exitCode" msgpack:"exitCode"`
+	SandboxDenied *bool  `json:"sandboxDenied,omitempty" msgpack:"sandboxDenied,omitempty"`
+}
+
+// ClosedNotification is the params of process/closed, a process's last
+// event.
+type ClosedNotification struct {
+	ProcessID string `json:"processId" msgpack:"processId"`
+	Seq       uint64 `json:"seq" msgpack:"seq"`
+}

@@ -1,0 +1,304 @@
+package transport
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+	"sync"
+
+	"github.com/outpost-exec/outpost/protocol"
+)
+
+// JSON-RPC lite, codex's envelope: JSON-RPC 2.0 without the "jsonrpc"
+// member (accepted and ignored when present). One message per frame:
+//
+//	request       {"id": 1, "method": "process/start", "params": {...}}
+//	notification  {"method": "process/output", "params": {...}}
+//	response      {"id": 1, "result": {...}}
+//	error         {"id": 1, "error": {"code": -32602, "message": "..."}}
+//
+// Ids are integers or strings. A message is at most
+// protocol.MaxMessageBytes long and holds at most protocol.MaxJSONValues
+// JSON values; duplicate object keys are rejected, so two decoders can
+// never disagree about what a message says.
+
+// Frames moves whole frames: WebSocket messages or stdio lines.
+type Frames interface {
+	// ReadFrame returns the next frame. A frame over the size limit
+	// returns ErrMessageTooLarge and the stream stays usable.
+	ReadFrame(ctx context.Context) ([]byte, error)
+	WriteFrame(ctx context.Context, frame []byte) error
+	Close() error
+}
+
+// JSONConn is a MessageConn speaking JSON-RPC lite over Frames.
+type JSONConn struct {
+	frames Frames
+	wbuf   bytes.Buffer // used by the single writer goroutine
+	wmu    sync.Mutex
+}
+
+// NewJSONConn wraps frames.
+func NewJSONConn(f Frames) *JSONConn { return &JSONConn{frames: f} }
+
+type jsonParams json.RawMessage
+
+func (p jsonParams) Absent() bool {
+	return len(p) == 0 || string(p) == "null"
+}
+
+func (p jsonParams) Decode(v any) error {
+	if p.Absent() {
+		return nil
+	}
+	return json.Unmarshal(p, v)
+}
+
+type jsonEnvelope struct {
+	ID     json.RawMessage `json:"id"`
+	Method *string         `json:"method"`
+	Params json.RawMessage `json:"params"`
+	Result json.RawMessage `json:"result"`
+	Error  *protocol.Error `json:"error"`
+}
+
+// ReadMessage reads and classifies the next message. Undecodable input
+// yields a *MalformedError; transport failures are returned as they are.
+func (c *JSONConn) ReadMessage(ctx context.Context) (*Message, error) {
+	frame, err := c.frames.ReadFrame(ctx)
+	if err != nil {
+		if errors.Is(err, ErrMessageTooLarge) {
+			return nil, &MalformedError{Err: fmt.Errorf("failed to parse JSON-RPC message: %w (%d bytes)", err, protocol.MaxMessageBytes)}
+		}
+		return nil, err
+	}
+	m, err := DecodeJSONMessage(frame)
+	if err != nil {
+		return nil, &MalformedError{Err: fmt.Errorf("failed to parse JSON-RPC message: %w", err)}
+	}
+	return m, nil
+}
+
+// DecodeJSONMessage parses one JSON-RPC lite message.
+func DecodeJSONMessage(frame []byte) (*Message, error) {
+	if err := CheckJSON(frame, protocol.MaxJSONValues); err != nil {
+		return nil, err
+	}
+	var env jsonEnvelope
+	if err := json.Unmarshal(frame, &env); err != nil {
+		return nil, err
+	}
+	hasID := len(env.ID) > 0 && string(env.ID) != "null"
+	m := &Message{}
+	if hasID {
+		if err := m.ID.UnmarshalJSON(env.ID); err != nil {
+			return nil, err
+		}
+	}
+	switch {
+	case env.Method != nil:
+		if *env.Method == "" {
+			return nil, errors.New("method must not be empty")
+		}
+		m.Method = *env.Method
+		m.Params = jsonParams(env.Params)
+		if hasID {
+			m.Kind = KindRequest
+		} else {
+			m.Kind = KindNotification
+		}
+	case hasID && (env.Result != nil || env.Error != nil):
+		m.Kind = KindResponse
+		m.Result = jsonParams(env.Result)
+		m.Error = env.Error
+	default:
+		return nil, errors.New("message is neither a request, a notification nor a response")
+	}
+	return m, nil
+}
+
+// CheckJSON verifies that b is one well-formed JSON value with at most
+// maxValues values and no duplicate keys in any object.
+func CheckJSON(b []byte, maxValues int) error {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.UseNumber()
+	type frame struct {
+		keys   map[string]struct{}
+		object bool
+		expKey bool
+	}
+	var stack []frame
+	values := 0
+	for {
+		tok, err := dec.Token()
+		if err == io.EOF {
+			if values == 0 {
+				return errors.New("empty message")
+			}
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if d, ok := tok.(json.Delim); ok && (d == '}' || d == ']') {
+			stack = stack[:len(stack)-1]
+			if len(stack) > 0 && stack[len(stack)-1].object {
+				stack[len(stack)-1].expKey = true
+			}
+			continue
+		}
+		if len(stack) > 0 && stack[len(stack)-1].object && stack[len(stack)-1].expKey {
+			top := &stack[len(stack)-1]
+			key, ok := tok.(string)
+			if !ok {
+				return errors.New("object key is not a string")
+			}
+			if top.keys == nil {
+				top.keys = make(map[string]struct{})
+			}
+			if _, dup := top.keys[key]; dup {
+				return fmt.Errorf("duplicate key %q", key)
+			}
+			top.keys[key] = struct{}{}
+			top.expKey = false
+			continue
+		}
+		values++
+		if values > maxValues {
+			return fmt.Errorf("message has more than %d JSON values", maxValues)
+		}
+		if len(stack) == 0 && values > 1 {
+			return errors.New("trailing data after the message")
+		}
+		switch tok {
+		case json.Delim('{'):
+			stack = append(stack, frame{object: true, expKey: true})
+		case json.Delim('['):
+			stack = append(stack, frame{})
+		default:
+			if len(stack) > 0 && stack[len(stack)-1].object {
+				stack[len(stack)-1].expKey = true
+			}
+		}
+	}
+}
+
+func (c *JSONConn) send(ctx context.Context, build func(b *bytes.Buffer) error) error {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	c.wbuf.Reset()
+	if err := build(&c.wbuf); err != nil {
+		return err
+	}
+	if c.wbuf.Len() > protocol.MaxMessageBytes {
+		return fmt.Errorf("outbound %w", ErrMessageTooLarge)
+	}
+	return c.frames.WriteFrame(ctx, c.wbuf.Bytes())
+}
+
+func writeJSON(b *bytes.Buffer, v any) error {
+	enc := json.NewEncoder(b)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return err
+	}
+	b.Truncate(b.Len() - 1) // Encode's newline
+	return nil
+}
+
+// WriteResult sends a response.
+func (c *JSONConn) WriteResult(ctx context.Context, id ID, result any) error {
+	return c.send(ctx, func(b *bytes.Buffer) error {
+		b.WriteString(`{"id":`)
+		idb, _ := id.MarshalJSON()
+		b.Write(idb)
+		b.WriteString(`,"result":`)
+		if err := writeJSON(b, result); err != nil {
+			return err
+		}
+		b.WriteByte('}')
+		return nil
+	})
+}
+
+// WriteError sends an error response.
+func (c *JSONConn) WriteError(ctx context.Context, id ID, e *protocol.Error) error {
+	return c.send(ctx, func(b *bytes.Buffer) error {
+		b.WriteString(`{"id":`)
+		idb, _ := id.MarshalJSON()
+		b.Write(idb)
+		b.WriteString(`,"error":`)
+		if err := writeJSON(b, e); err != nil {
+			return err
+		}
+		b.WriteByte('}')
+		return nil
+	})
+}
+
+// WriteRequest sends a request.
+func (c *JSONConn) WriteRequest(ctx context.Context, id ID, method string, params any) error {
+	return c.send(ctx, func(b *bytes.Buffer) error {
+		b.WriteString(`{"id":`)
+		idb, _ := id.MarshalJSON()
+		b.Write(idb)
+		b.WriteString(`,"method":`)
+		b.WriteString(strconv.Quote(method))
+		if params != nil {
+			b.WriteString(`,"params":`)
+			if err := writeJSON(b, params); err != nil {
+				return err
+			}
+		}
+		b.WriteByte('}')
+		return nil
+	})
+}
+
+// WriteNotification sends a notification. process/output, the bulk of all
+// traffic, is encoded by hand: base64 straight into the frame buffer.
+func (c *JSONConn) WriteNotification(ctx context.Context, method string, params any) error {
+	return c.send(ctx, func(b *bytes.Buffer) error {
+		if out, ok := params.(*protocol.OutputNotification); ok && method == protocol.MethodProcessOutput {
+			appendOutputNotification(b, out)
+			return nil
+		}
+		b.WriteString(`{"method":`)
+		b.WriteString(strconv.Quote(method))
+		if params != nil {
+			b.WriteString(`,"params":`)
+			if err := writeJSON(b, params); err != nil {
+				return err
+			}
+		}
+		b.WriteByte('}')
+		return nil
+	})
+}
+
+func appendOutputNotification(b *bytes.Buffer, n *protocol.OutputNotification) {
+	b.WriteString(`{"method":"process/output","params":{"processId":`)
+	pid, _ := json.Marshal(n.ProcessID)
+	b.Write(pid)
+	b.WriteString(`,"seq":`)
+	var num [20]byte
+	b.Write(strconv.AppendUint(num[:0], n.Seq, 10))
+	b.WriteString(`,"stream":"`)
+	b.WriteString(string(n.Stream))
+	b.WriteString(`","chunk":"`)
+	enc := base64.StdEncoding
+	size := enc.EncodedLen(len(n.Chunk))
+	b.Grow(size + 3)
+	buf := b.AvailableBuffer()[:size]
+	enc.Encode(buf, n.Chunk)
+	b.Write(buf)
+	b.WriteString(`"}}`)
+}
+
+// Close closes the frames.
+func (c *JSONConn) Close() error { return c.frames.Close() }
