@@ -2,6 +2,7 @@ package executor
 
 import (
 	"context"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"os"
@@ -39,16 +40,6 @@ const (
 // ServeConn serves one client connection until it ends or ctx is done. The
 // connection's session (if any) is detached, not ended, when it returns.
 func (s *Server) ServeConn(ctx context.Context, mc transport.MessageConn) error {
-	s.mu.Lock()
-	if s.closing {
-		s.mu.Unlock()
-		mc.Close()
-		return ErrShuttingDown
-	}
-	s.conns.Add(1)
-	s.mu.Unlock()
-	defer s.conns.Done()
-
 	ctx, cancel := context.WithCancel(ctx)
 	readCtx, stopReads := context.WithCancel(ctx)
 	c := &serverConn{
@@ -107,6 +98,9 @@ type serverConn struct {
 	reads    chan struct{} // semaphore for concurrent long polls
 	handlers sync.WaitGroup
 	out      *outbox
+
+	parkedMu sync.Mutex
+	parked   []*lane // lanes added by the request being handled
 }
 
 func (c *serverConn) readLoop() error {
@@ -194,9 +188,11 @@ func (c *serverConn) request(m *transport.Message) {
 				pe = protocol.Errorf(protocol.CodeInternal, "%v", err)
 			}
 			c.out.reply(outMsg{id: m.ID, err: pe})
+			c.unparkAll()
 			return
 		}
 		c.out.reply(outMsg{id: m.ID, result: res})
+		c.unparkAll()
 	}
 	if !meth.longPoll {
 		run()
@@ -223,6 +219,12 @@ func decode(m *transport.Message, v any, required bool) error {
 		return nil
 	}
 	if err := m.Params.Decode(v); err != nil {
+		var b64 base64.CorruptInputError
+		if errors.As(err, &b64) {
+			// encoding/json does not name the field; chunk is the only
+			// binary field of any params.
+			return protocol.Errorf(protocol.CodeInvalidParams, "invalid params for %s: chunk is not valid base64: %v", m.Method, err)
+		}
 		return protocol.Errorf(protocol.CodeInvalidParams, "invalid params for %s: %v", m.Method, err)
 	}
 	return nil
@@ -354,9 +356,25 @@ func EnvironmentInfo(cfg Config) protocol.EnvironmentInfo {
 	}
 }
 
-// follow implements eventSink: push proc's events to this connection.
+// follow implements eventSink: push proc's events to this connection,
+// once the reply of the request being handled has been queued.
 func (c *serverConn) follow(id string, proc Process, afterSeq uint64, fromNow bool) {
-	c.out.follow(id, proc.Log(), afterSeq, fromNow)
+	if ln := c.out.follow(id, proc.Log(), afterSeq, fromNow); ln != nil {
+		c.parkedMu.Lock()
+		c.parked = append(c.parked, ln)
+		c.parkedMu.Unlock()
+	}
+}
+
+// unparkAll starts the lanes parked while handling a request.
+func (c *serverConn) unparkAll() {
+	c.parkedMu.Lock()
+	parked := c.parked
+	c.parked = nil
+	c.parkedMu.Unlock()
+	for _, ln := range parked {
+		c.out.unpark(ln)
+	}
 }
 
 func (c *serverConn) writeLoop() error {
@@ -431,6 +449,7 @@ type lane struct {
 	queued bool // in ready, or being served
 	busy   bool // being served by the writer
 	again  bool // woken while busy
+	parked bool // not served until the reply that created it is queued
 }
 
 // outbox schedules a connection's writes: replies first, then one turn
@@ -478,15 +497,16 @@ func (o *outbox) reply(m outMsg) bool {
 	return true
 }
 
-// follow adds a lane for a process's events. The lane holds the log: the
-// process waits rather than evict what this connection has not yet sent.
-func (o *outbox) follow(id string, log *EventLog, afterSeq uint64, fromNow bool) {
+// follow adds a parked lane for a process's events; unpark starts it. The
+// lane holds the log: the process waits rather than evict what this
+// connection has not yet sent.
+func (o *outbox) follow(id string, log *EventLog, afterSeq uint64, fromNow bool) *lane {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if o.shutDown {
-		return
+		return nil
 	}
-	ln := &lane{id: id}
+	ln := &lane{id: id, parked: true}
 	notify := func() { o.markReady(ln) }
 	if fromNow {
 		ln.sub = log.SubscribeNow(true, notify)
@@ -494,13 +514,24 @@ func (o *outbox) follow(id string, log *EventLog, afterSeq uint64, fromNow bool)
 		ln.sub = log.Subscribe(afterSeq, true, notify)
 	}
 	o.lanes[ln] = struct{}{}
-	ln.queued = true
-	o.ready = append(o.ready, ln)
-	o.kick()
+	return ln
+}
+
+// unpark lets the writer serve ln, so a process's first notification
+// never overtakes the reply to the request that started it.
+func (o *outbox) unpark(ln *lane) {
+	o.mu.Lock()
+	ln.parked = false
+	o.mu.Unlock()
+	o.markReady(ln)
 }
 
 func (o *outbox) markReady(ln *lane) {
 	o.mu.Lock()
+	if ln.parked {
+		o.mu.Unlock()
+		return
+	}
 	if ln.busy {
 		ln.again = true
 		o.mu.Unlock()

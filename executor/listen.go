@@ -55,6 +55,9 @@ type WSOptions struct {
 	Token string
 	// PingInterval overrides the keepalive interval (tests).
 	PingInterval time.Duration
+	// MaxMessageBytes caps one inbound message (default
+	// protocol.MaxMessageBytes); larger ones are refused with an error.
+	MaxMessageBytes int64
 }
 
 // WSHandler serves codex's JSON-RPC lite over WebSocket at "/" and a
@@ -104,7 +107,7 @@ func (s *Server) WSHandler(ctx context.Context, opts WSOptions) http.Handler {
 		connCtx, cancel := context.WithCancel(ctx)
 		defer cancel()
 		go keepalive(connCtx, c, ping, cancel)
-		err = s.ServeConn(connCtx, transport.NewJSONConn(transport.NewWSFrames(c, 0)))
+		err = s.ServeConn(connCtx, transport.NewJSONConn(transport.NewWSFrames(c, opts.MaxMessageBytes)))
 		if err != nil && !isClosedErr(err) {
 			s.log.Debug("websocket connection ended", zap.Error(err))
 		}

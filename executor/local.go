@@ -87,14 +87,9 @@ func (b *LocalBackend) Start(ctx context.Context, spec Spec) (Process, error) {
 		if cols == 0 {
 			cols = DefaultCols
 		}
-		ptmx, tty, err := pty.Open()
+		ptmx, tty, err := openPTY(rows, cols)
 		if err != nil {
-			return nil, fmt.Errorf("failed to open pty: %w", err)
-		}
-		if err := pty.Setsize(ptmx, &pty.Winsize{Rows: rows, Cols: cols}); err != nil {
-			ptmx.Close()
-			tty.Close()
-			return nil, fmt.Errorf("failed to size pty: %w", err)
+			return nil, err
 		}
 		childEnds = append(childEnds, tty)
 		cmd.Stdin, cmd.Stdout, cmd.Stderr = tty, tty, tty
@@ -143,10 +138,53 @@ func (b *LocalBackend) Start(ctx context.Context, spec Spec) (Process, error) {
 		labels = []protocol.Stream{protocol.StreamPty}
 	}
 	for i, f := range outputs {
-		go p.pump(f, labels[i])
+		p.streams = append(p.streams, newOutStream(f, labels[i]))
+	}
+	for _, st := range p.streams {
+		go p.pump(st)
 	}
 	go p.wait()
 	return p, nil
+}
+
+// openPTY opens a PTY pair of the given size. The master is made
+// non-blocking and pollable, so its pump can be woken and its ioctls never
+// pin a thread; its fd is only ever used through SyscallConn.
+func openPTY(rows, cols uint16) (master, slave *os.File, err error) {
+	ptmx, tty, err := pty.Open()
+	if err != nil {
+		return nil, nil, fmt.Errorf("failed to open pty: %w", err)
+	}
+	if err := pty.Setsize(ptmx, &pty.Winsize{Rows: rows, Cols: cols}); err != nil {
+		ptmx.Close()
+		tty.Close()
+		return nil, nil, fmt.Errorf("failed to size pty: %w", err)
+	}
+	fd, err := unix.Dup(int(ptmx.Fd()))
+	ptmx.Close()
+	if err == nil {
+		unix.CloseOnExec(fd)
+		err = unix.SetNonblock(fd, true)
+	}
+	if err != nil {
+		tty.Close()
+		return nil, nil, fmt.Errorf("failed to prepare pty master: %w", err)
+	}
+	return os.NewFile(uintptr(fd), "/dev/ptmx"), tty, nil
+}
+
+// control runs f on the file's descriptor without switching it to
+// blocking mode (as File.Fd would).
+func control(f *os.File, fn func(fd int) error) error {
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var ferr error
+	if err := rc.Control(func(fd uintptr) { ferr = fn(int(fd)) }); err != nil {
+		return err
+	}
+	return ferr
 }
 
 func closeAll(fs []*os.File) {
@@ -224,6 +262,8 @@ type localProcess struct {
 	stdin *stdinQueue
 	ids   writeIDs
 
+	streams []*outStream
+
 	exited     chan struct{}
 	terminated atomic.Bool
 	ptyOnce    sync.Once
@@ -231,29 +271,113 @@ type localProcess struct {
 
 func (p *localProcess) Log() *EventLog { return p.log }
 
+// outStream is one of the child's output streams as the pump reads it.
+// consumed counts bytes taken from the fd; the read syscall and the count
+// happen under mu, so at exit the waiter can tell exactly how many bytes
+// the child wrote before exiting (consumed + what is still in the pipe)
+// and log the exit only after them: output, then exited, never the reverse.
+type outStream struct {
+	f        *os.File
+	label    protocol.Stream
+	mu       sync.Mutex
+	consumed int64
+	logged   atomic.Int64
+	done     atomic.Bool   // EOF or error: nothing more will be logged
+	progress chan struct{} // signalled after each append and at the end
+}
+
+func newOutStream(f *os.File, label protocol.Stream) *outStream {
+	return &outStream{f: f, label: label, progress: make(chan struct{}, 1)}
+}
+
+func (s *outStream) signal() {
+	select {
+	case s.progress <- struct{}{}:
+	default:
+	}
+}
+
+// exitDrainTimeout bounds how long the exit event waits for output the
+// child wrote before exiting (it waits longer only if a client's
+// backpressure holds the pump).
+const exitDrainTimeout = 250 * time.Millisecond
+
 // pump copies one output stream into the log until EOF. A PTY reports EIO
 // once every holder of the terminal has closed it; that is its EOF.
-func (p *localProcess) pump(f *os.File, stream protocol.Stream) {
+func (p *localProcess) pump(s *outStream) {
 	defer p.log.StreamEOF()
+	defer s.signal()
+	defer s.done.Store(true)
 	defer func() {
 		if !p.tty {
-			f.Close()
+			s.f.Close()
 		}
 	}()
 	buf := make([]byte, MaxChunkBytes)
+	rc, err := s.f.SyscallConn()
+	if err != nil {
+		return
+	}
 	for {
-		n, err := f.Read(buf)
+		var n int
+		var rerr error
+		err := rc.Read(func(fd uintptr) bool {
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			for {
+				n, rerr = syscall.Read(int(fd), buf)
+				if rerr != syscall.EINTR {
+					break
+				}
+			}
+			if rerr == syscall.EAGAIN {
+				return false // wait until readable
+			}
+			if n > 0 {
+				s.consumed += int64(n)
+			}
+			return true
+		})
 		if n > 0 {
 			data := make([]byte, n)
 			copy(data, buf[:n])
-			if _, aerr := p.log.Append(stream, data); aerr != nil {
+			if _, aerr := p.log.Append(s.label, data); aerr != nil {
 				// Aborted: keep draining so the child is not blocked.
-				io.Copy(io.Discard, f)
+				io.Copy(io.Discard, s.f)
 				return
 			}
+			s.logged.Add(int64(n))
+			s.signal()
+			continue
 		}
-		if err != nil {
+		if err != nil || rerr != nil || n == 0 {
 			return
+		}
+	}
+}
+
+// awaitWrittenOutput waits until the output the child wrote before exiting
+// is in the log.
+func (p *localProcess) awaitWrittenOutput() {
+	deadline := time.NewTimer(exitDrainTimeout)
+	defer deadline.Stop()
+	for _, s := range p.streams {
+		s.mu.Lock()
+		target := s.consumed
+		if rc, err := s.f.SyscallConn(); err == nil {
+			rc.Control(func(fd uintptr) {
+				if avail, err := unix.IoctlGetInt(int(fd), unix.TIOCINQ); err == nil && avail > 0 {
+					target += int64(avail)
+				}
+			})
+		}
+		s.mu.Unlock()
+		for s.logged.Load() < target && !s.done.Load() {
+			select {
+			case <-s.progress:
+			case <-deadline.C:
+				return
+			}
 		}
 	}
 }
@@ -275,6 +399,7 @@ func (p *localProcess) wait() {
 	if p.stdin != nil && !p.tty {
 		p.stdin.closeNow()
 	}
+	p.awaitWrittenOutput()
 	p.log.Exit(code, false)
 	if p.tty {
 		// The PTY master stays open until every stream holder is done;
@@ -337,9 +462,12 @@ func (p *localProcess) Signal(sig protocol.Signal) error {
 	if p.tty && (num == syscall.SIGINT || num == syscall.SIGQUIT) {
 		// Keyboard signals go to the terminal's foreground job, as the
 		// terminal itself would send them.
-		if fg, err := unix.IoctlGetInt(int(p.ptmx.Fd()), unix.TIOCGPGRP); err == nil && fg > 0 {
-			target = fg
-		}
+		control(p.ptmx, func(fd int) error {
+			if fg, err := unix.IoctlGetInt(fd, unix.TIOCGPGRP); err == nil && fg > 0 {
+				target = fg
+			}
+			return nil
+		})
 	}
 	if err := syscall.Kill(-target, num); err != nil && !errors.Is(err, syscall.ESRCH) {
 		return fmt.Errorf("failed to signal process: %w", err)
@@ -359,7 +487,10 @@ func (p *localProcess) Resize(rows, cols uint16) error {
 		return nil
 	default:
 	}
-	if err := pty.Setsize(p.ptmx, &pty.Winsize{Rows: rows, Cols: cols}); err != nil {
+	err := control(p.ptmx, func(fd int) error {
+		return unix.IoctlSetWinsize(fd, unix.TIOCSWINSZ, &unix.Winsize{Row: rows, Col: cols})
+	})
+	if err != nil {
 		return fmt.Errorf("failed to resize pty: %w", err)
 	}
 	return nil

@@ -106,7 +106,6 @@ type Server struct {
 	mu       sync.Mutex
 	sessions map[string]*Session
 	closing  bool
-	conns    sync.WaitGroup
 }
 
 // NewServer validates cfg and returns a Server.

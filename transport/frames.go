@@ -2,6 +2,7 @@ package transport
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -82,8 +83,8 @@ func NewLineFrames(r io.Reader, w io.Writer, closer io.Closer, maxBytes int) *Li
 	return &LineFrames{r: bufio.NewReaderSize(r, 64<<10), w: w, closer: closer, maxBytes: maxBytes}
 }
 
-// ReadFrame reads the next non-blank line. The context is not consulted:
-// the read ends when the input does.
+// ReadFrame reads the next non-blank line, without its "\n" or "\r\n".
+// The context is not consulted: the read ends when the input does.
 func (l *LineFrames) ReadFrame(ctx context.Context) ([]byte, error) {
 	for {
 		line, err := l.readLine()
@@ -102,7 +103,8 @@ func (l *LineFrames) readLine() ([]byte, error) {
 	for {
 		part, err := l.r.ReadSlice('\n')
 		if !tooLarge {
-			if len(line)+len(part) > l.maxBytes+1 {
+			// +2: room for the "\r\n" cut below.
+			if len(line)+len(part) > l.maxBytes+2 {
 				tooLarge, line = true, nil
 			} else {
 				line = append(line, part...)
@@ -114,12 +116,14 @@ func (l *LineFrames) readLine() ([]byte, error) {
 		if errors.Is(err, bufio.ErrBufferFull) {
 			continue
 		}
-		if err == io.EOF && len(line) > 0 && !tooLarge {
-			return line, nil
+		if err == io.EOF && (len(line) > 0 || tooLarge) {
+			break // the last line has no newline
 		}
 		return nil, err
 	}
-	if tooLarge {
+	line = bytes.TrimSuffix(line, []byte{'\n'})
+	line = bytes.TrimSuffix(line, []byte{'\r'})
+	if tooLarge || len(line) > l.maxBytes {
 		return nil, ErrMessageTooLarge
 	}
 	return line, nil

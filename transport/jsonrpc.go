@@ -89,9 +89,24 @@ func DecodeJSONMessage(frame []byte) (*Message, error) {
 	if err := CheckJSON(frame, protocol.MaxJSONValues); err != nil {
 		return nil, err
 	}
-	var env jsonEnvelope
-	if err := json.Unmarshal(frame, &env); err != nil {
+	// Members are looked up by their exact names: decoding straight into
+	// jsonEnvelope would let encoding/json match them case-insensitively,
+	// so {"id":1,"method":"a","Method":"b"} would say "b" here and "a" to
+	// a case-sensitive peer.
+	var members map[string]json.RawMessage
+	if err := json.Unmarshal(frame, &members); err != nil {
 		return nil, err
+	}
+	env := jsonEnvelope{ID: members["id"], Params: members["params"], Result: members["result"]}
+	if raw, ok := members["method"]; ok {
+		if err := json.Unmarshal(raw, &env.Method); err != nil {
+			return nil, err
+		}
+	}
+	if raw, ok := members["error"]; ok {
+		if err := json.Unmarshal(raw, &env.Error); err != nil {
+			return nil, err
+		}
 	}
 	hasID := len(env.ID) > 0 && string(env.ID) != "null"
 	m := &Message{}
@@ -122,6 +137,9 @@ func DecodeJSONMessage(frame []byte) (*Message, error) {
 	return m, nil
 }
 
+// maxNestingDepth is encoding/json's own limit, which Token does not apply.
+const maxNestingDepth = 10000
+
 // CheckJSON verifies that b is one well-formed JSON value with at most
 // maxValues values and no duplicate keys in any object.
 func CheckJSON(b []byte, maxValues int) error {
@@ -139,6 +157,9 @@ func CheckJSON(b []byte, maxValues int) error {
 		if err == io.EOF {
 			if values == 0 {
 				return errors.New("empty message")
+			}
+			if len(stack) > 0 {
+				return io.ErrUnexpectedEOF // Token reports a truncated value as a clean EOF
 			}
 			return nil
 		}
@@ -174,6 +195,9 @@ func CheckJSON(b []byte, maxValues int) error {
 		}
 		if len(stack) == 0 && values > 1 {
 			return errors.New("trailing data after the message")
+		}
+		if d, ok := tok.(json.Delim); ok && len(stack) == maxNestingDepth && (d == '{' || d == '[') {
+			return fmt.Errorf("message nests deeper than %d", maxNestingDepth)
 		}
 		switch tok {
 		case json.Delim('{'):
@@ -248,7 +272,9 @@ func (c *JSONConn) WriteRequest(ctx context.Context, id ID, method string, param
 		idb, _ := id.MarshalJSON()
 		b.Write(idb)
 		b.WriteString(`,"method":`)
-		b.WriteString(strconv.Quote(method))
+		if err := writeJSON(b, method); err != nil {
+			return err
+		}
 		if params != nil {
 			b.WriteString(`,"params":`)
 			if err := writeJSON(b, params); err != nil {
@@ -269,7 +295,9 @@ func (c *JSONConn) WriteNotification(ctx context.Context, method string, params 
 			return nil
 		}
 		b.WriteString(`{"method":`)
-		b.WriteString(strconv.Quote(method))
+		if err := writeJSON(b, method); err != nil {
+			return err
+		}
 		if params != nil {
 			b.WriteString(`,"params":`)
 			if err := writeJSON(b, params); err != nil {
