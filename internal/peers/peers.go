@@ -1,0 +1,186 @@
+// Package peers starts exec-servers as separate processes — outpost's own
+// binary and the real codex exec-server — for differential tests and
+// side-by-side benchmarks.
+package peers
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// CodexVersion is the codex release the differential tests target.
+const CodexVersion = "0.145.0"
+
+// RepoRoot finds the module root from the working directory.
+func RepoRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", errors.New("go.mod not found above the working directory")
+		}
+		dir = parent
+	}
+}
+
+// CodexBinary returns the codex binary: $OUTPOST_CODEX_BIN, or the one
+// scripts/install-codex.sh put in .bench/codex. The error explains how to
+// get it.
+func CodexBinary() (string, error) {
+	if p := os.Getenv("OUTPOST_CODEX_BIN"); p != "" {
+		return p, nil
+	}
+	root, err := RepoRoot()
+	if err != nil {
+		return "", err
+	}
+	p := filepath.Join(root, ".bench/codex/node_modules/@openai/codex/vendor/x86_64-unknown-linux-musl/bin/codex")
+	if _, err := os.Stat(p); err != nil {
+		return "", fmt.Errorf("codex %s exec-server not found (run scripts/install-codex.sh, or set OUTPOST_CODEX_BIN)", CodexVersion)
+	}
+	return p, nil
+}
+
+// BuildOutpost builds cmd/outpost into dir and returns the binary's path.
+func BuildOutpost(dir string) (string, error) {
+	root, err := RepoRoot()
+	if err != nil {
+		return "", err
+	}
+	bin := filepath.Join(dir, "outpost")
+	cmd := exec.Command("go", "build", "-o", bin, "./cmd/outpost")
+	cmd.Dir = root
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("go build: %v\n%s", err, out)
+	}
+	return bin, nil
+}
+
+// Server is an exec-server child process.
+type Server struct {
+	URL    string
+	cmd    *exec.Cmd
+	stderr *tailBuffer
+}
+
+// Start runs argv (an exec-server that prints its ws:// URL as the first
+// line of stdout) with extra environment variables.
+func Start(ctx context.Context, env []string, argv ...string) (*Server, error) {
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Env = append(os.Environ(), env...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	tb := &tailBuffer{max: 64 << 10}
+	cmd.Stderr = tb
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	s := &Server{cmd: cmd, stderr: tb}
+	line := make(chan string, 1)
+	go func() {
+		r := bufio.NewReader(stdout)
+		l, _ := r.ReadString('\n')
+		line <- strings.TrimSpace(l)
+		io.Copy(io.Discard, r)
+	}()
+	select {
+	case l := <-line:
+		if !strings.HasPrefix(l, "ws://") {
+			s.Stop()
+			return nil, fmt.Errorf("%s printed %q, not a ws:// URL; stderr: %s", argv[0], l, tb.String())
+		}
+		s.URL = l
+		return s, nil
+	case <-ctx.Done():
+		s.Stop()
+		return nil, fmt.Errorf("%s did not print its URL: %w; stderr: %s", argv[0], ctx.Err(), tb.String())
+	}
+}
+
+// StartOutpost starts "outpost executor serve" on a loopback port.
+func StartOutpost(ctx context.Context, bin string, env ...string) (*Server, error) {
+	return Start(ctx, env, bin, "executor", "serve", "--listen", "ws://127.0.0.1:0", "--log-level", "warn")
+}
+
+// StartCodex starts "codex exec-server" on a loopback port.
+func StartCodex(ctx context.Context, bin string, env ...string) (*Server, error) {
+	return Start(ctx, env, bin, "exec-server", "--listen", "ws://127.0.0.1:0")
+}
+
+// Stderr returns the tail of what the server wrote to stderr.
+func (s *Server) Stderr() string { return s.stderr.String() }
+
+// Pid is the server's process id.
+func (s *Server) Pid() int { return s.cmd.Process.Pid }
+
+// Stop sends SIGTERM, waits up to 5 s, then kills the server's group.
+func (s *Server) Stop() {
+	if s.cmd.Process == nil {
+		return
+	}
+	s.cmd.Process.Signal(syscall.SIGTERM)
+	done := make(chan struct{})
+	go func() { s.cmd.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		syscall.Kill(-s.cmd.Process.Pid, syscall.SIGKILL)
+		<-done
+	}
+}
+
+// Machine describes this machine for benchmark reports.
+func Machine() string {
+	model := "unknown CPU"
+	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for _, l := range strings.Split(string(b), "\n") {
+			if k, v, ok := strings.Cut(l, ":"); ok && strings.TrimSpace(k) == "model name" {
+				model = strings.TrimSpace(v)
+				break
+			}
+		}
+	}
+	return fmt.Sprintf("%s, %d cores, %s/%s, %s", model, runtime.NumCPU(), runtime.GOOS, runtime.GOARCH, runtime.Version())
+}
+
+type tailBuffer struct {
+	max int
+	mu  sync.Mutex
+	b   []byte
+}
+
+func (t *tailBuffer) Write(p []byte) (int, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.b = append(t.b, p...)
+	if len(t.b) > t.max {
+		t.b = t.b[len(t.b)-t.max:]
+	}
+	return len(p), nil
+}
+
+func (t *tailBuffer) String() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return string(t.b)
+}
