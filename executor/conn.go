@@ -178,6 +178,14 @@ func (c *serverConn) request(m *transport.Message) {
 		}
 	}
 	run := func() {
+		defer func() {
+			// A handler bug must cost one request, not the executor.
+			if p := recover(); p != nil {
+				c.log.Error("method handler panicked", zap.String("method", m.Method), zap.Any("panic", p), zap.Stack("stack"))
+				c.out.reply(outMsg{id: m.ID, err: protocol.Errorf(protocol.CodeInternal, "internal error handling %s", m.Method)})
+				c.unparkAll()
+			}
+		}()
 		res, err := meth.call(c, m)
 		if meth.longPoll && c.readCtx.Err() != nil {
 			return // the connection is closing; nobody waits for this reply

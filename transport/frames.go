@@ -18,6 +18,7 @@ import (
 type WSFrames struct {
 	conn     *websocket.Conn
 	maxBytes int64
+	buf      []byte // reused by ReadFrame
 }
 
 // NewWSFrames wraps an accepted or dialled WebSocket. Messages over
@@ -31,23 +32,44 @@ func NewWSFrames(c *websocket.Conn, maxBytes int64) *WSFrames {
 	return &WSFrames{conn: c, maxBytes: maxBytes}
 }
 
-// ReadFrame reads one message.
+// ReadFrame reads one message. The frame is valid until the next call.
 func (w *WSFrames) ReadFrame(ctx context.Context) ([]byte, error) {
 	_, r, err := w.conn.Reader(ctx)
 	if err != nil {
 		return nil, err
 	}
-	b, err := io.ReadAll(io.LimitReader(r, w.maxBytes+1))
-	if err != nil {
-		return nil, err
+	if w.buf == nil {
+		w.buf = make([]byte, 64<<10)
 	}
-	if int64(len(b)) > w.maxBytes {
-		if _, err := io.Copy(io.Discard, r); err != nil {
+	n := 0
+	for {
+		if n == len(w.buf) {
+			if int64(n) > w.maxBytes {
+				if _, err := io.Copy(io.Discard, r); err != nil {
+					return nil, err
+				}
+				return nil, ErrMessageTooLarge
+			}
+			grow := min(int64(len(w.buf)), w.maxBytes+1-int64(n))
+			w.buf = append(w.buf, make([]byte, grow)...)
+		}
+		m, err := r.Read(w.buf[n:])
+		n += m
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
 			return nil, err
 		}
+	}
+	if int64(n) > w.maxBytes {
 		return nil, ErrMessageTooLarge
 	}
-	return b, nil
+	frame := w.buf[:n]
+	if cap(w.buf) > 1<<20 {
+		w.buf = nil // do not pin a huge buffer after one huge message
+	}
+	return frame, nil
 }
 
 // WriteFrame sends one text message.

@@ -77,7 +77,11 @@ func (c *JSONConn) ReadMessage(ctx context.Context) (*Message, error) {
 		}
 		return nil, err
 	}
-	m, err := DecodeJSONMessage(frame)
+	if m, ok := decodeOutputFast(frame); ok {
+		return m, nil
+	}
+	// The frame buffer is reused by the next read; params outlive it.
+	m, err := DecodeJSONMessage(bytes.Clone(frame))
 	if err != nil {
 		return nil, &MalformedError{Err: fmt.Errorf("failed to parse JSON-RPC message: %w", err)}
 	}

@@ -1,0 +1,146 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/outpost-exec/outpost/client"
+	"github.com/outpost-exec/outpost/protocol"
+)
+
+var outpostBin string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "outpost-cli")
+	if err != nil {
+		panic(err)
+	}
+	outpostBin = filepath.Join(dir, "outpost")
+	if out, err := exec.Command("go", "build", "-o", outpostBin, ".").CombinedOutput(); err != nil {
+		panic(string(out))
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+func TestDemoRunsACommandThroughTheExecutor(t *testing.T) {
+	var out, errb bytes.Buffer
+	if code := run([]string{"demo"}, &out, &errb); code != 0 {
+		t.Fatalf("exit %d: %s", code, errb.String())
+	}
+	for _, want := range []string{"executor listening on ws://127.0.0.1:", `stdout: "hello from Linux`, `stderr: "to stderr\n"`, "exit code 3"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("demo output lacks %q:\n%s", want, out.String())
+		}
+	}
+}
+
+func TestUnknownCommandsAndBadFlagsExitTwo(t *testing.T) {
+	for _, args := range [][]string{{}, {"nope"}, {"executor"}, {"executor", "nope"}, {"executor", "serve", "--listen", "ws://localhost:1"}, {"executor", "serve", "--log-level", "loud"}} {
+		var out, errb bytes.Buffer
+		if code := run(args, &out, &errb); code != 2 {
+			t.Errorf("%v: exit %d, want 2", args, code)
+		}
+		if errb.Len() == 0 {
+			t.Errorf("%v: no message on stderr", args)
+		}
+	}
+}
+
+func TestListenURLErrorIsExplicit(t *testing.T) {
+	var out, errb bytes.Buffer
+	run([]string{"executor", "serve", "--listen", "tcp://127.0.0.1:0"}, &out, &errb)
+	if !strings.Contains(errb.String(), "unsupported --listen URL `tcp://127.0.0.1:0`; expected `ws://IP:PORT` or `stdio`") {
+		t.Fatalf("stderr %q", errb.String())
+	}
+}
+
+func TestEmptyConnectionTokenIsRefused(t *testing.T) {
+	cmd := exec.Command(outpostBin, "executor", "serve")
+	cmd.Env = append(os.Environ(), "OUTPOST_CONNECTION_TOKEN=")
+	out, err := cmd.CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "OUTPOST_CONNECTION_TOKEN is set but empty") {
+		t.Fatalf("err %v output %q", err, out)
+	}
+}
+
+func TestServePrintsURLServesAndShutsDownOnSIGTERM(t *testing.T) {
+	cmd := exec.Command(outpostBin, "executor", "serve", "--listen", "ws://127.0.0.1:0")
+	cmd.Env = append(os.Environ(), "OUTPOST_CONNECTION_TOKEN=tok")
+	stdout, _ := cmd.StdoutPipe()
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	line, err := bufio.NewReader(stdout).ReadString('\n')
+	if err != nil {
+		t.Fatal(err)
+	}
+	url := strings.TrimSpace(line)
+	if !strings.HasPrefix(url, "ws://127.0.0.1:") {
+		t.Fatalf("first stdout line %q", line)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if _, err := client.Connect(ctx, url, client.DialOptions{}); err == nil {
+		t.Fatal("connected without the token")
+	}
+	s, err := client.Connect(ctx, url, client.DialOptions{Token: "tok"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := s.Start(ctx, protocol.ExecParams{Argv: []string{"sh", "-c", "echo $$; exec sleep 60"}, Env: map[string]string{"PATH": "/usr/bin:/bin"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev := <-p.Events()
+	pid := strings.TrimSpace(string(ev.Data))
+	cmd.Process.Signal(syscall.SIGTERM)
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("serve exited with %v; stderr %s", err, stderr.String())
+		}
+	case <-ctx.Done():
+		t.Fatal("serve did not exit on SIGTERM")
+	}
+	if _, err := os.Stat("/proc/" + pid); err == nil {
+		t.Fatalf("child %s outlived the executor", pid)
+	}
+}
+
+func TestServeStdio(t *testing.T) {
+	cmd := exec.Command(outpostBin, "executor", "serve", "--listen", "stdio")
+	stdin, _ := cmd.StdinPipe()
+	stdout, _ := cmd.StdoutPipe()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	stdin.Write([]byte(`{"id":1,"method":"initialize","params":{"clientName":"cli-test"}}` + "\n"))
+	var m map[string]any
+	if err := json.NewDecoder(stdout).Decode(&m); err != nil {
+		t.Fatal(err)
+	}
+	if m["result"].(map[string]any)["sessionId"] == nil {
+		t.Fatalf("%v", m)
+	}
+	stdin.Close()
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("stdio serve exit: %v", err)
+	}
+}
