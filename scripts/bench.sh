@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# Side-by-side benchmarks on this machine, in one run: outpost's
+# exec-server and the real codex 0.145.0 exec-server (installed here with
+# npm if missing) over their WebSocket listeners, against a local
+# fork/exec and a local pipe (the limits).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+if ! codex=$(bash scripts/install-codex.sh); then
+  echo "bench: codex could not be installed; its rows will be skipped" >&2
+else
+  export OUTPOST_CODEX_BIN="$codex"
+fi
+go test ./bench -run '^$' -bench 'StartToExit' -benchtime "${LATENCY_RUNS:-500}x" -count 1
+go test ./bench -run '^$' -bench 'Throughput' -benchtime "${THROUGHPUT_RUNS:-3}x" -count 1
