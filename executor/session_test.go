@@ -255,3 +255,36 @@ func TestConnectionCloseLeaksNoGoroutines(t *testing.T) {
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+type nopSink struct{}
+
+func (nopSink) follow(string, Process, uint64, bool) {}
+
+func TestLongPollReadFailsAfterSessionResume(t *testing.T) {
+	mb := &MockBackend{Script: func(Spec) []MockStep { return []MockStep{{AwaitSignal: true}} }}
+	_, sess := newTestSession(t, mb)
+	old, err := sess.attach(nopSink{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sess.Start(context.Background(), protocol.ExecParams{ProcessID: "p", Argv: []string{"x"}}); err != nil {
+		t.Fatal(err)
+	}
+	errc := make(chan error, 1)
+	wait := uint64(60000)
+	go func() {
+		_, err := sess.Read(context.Background(), protocol.ReadParams{ProcessID: "p", WaitMs: &wait}, old.ended)
+		errc <- err
+	}()
+	// The transport drops, and a new connection resumes at once: the
+	// resume must not wait for the old long poll, which fails.
+	sess.detach(old)
+	if _, err := sess.attach(nopSink{}); err != nil {
+		t.Fatalf("resume blocked by the old connection: %v", err)
+	}
+	err = <-errc
+	var pe *protocol.Error
+	if !errors.As(err, &pe) || pe.Code != protocol.CodeInvalidRequest || pe.Message != "session has been resumed by another connection" {
+		t.Fatalf("old long poll: %v", err)
+	}
+}
