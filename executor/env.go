@@ -92,10 +92,13 @@ func dropMatching(env map[string]string, patterns []string) {
 }
 
 // matchAny matches name against case-insensitive globs (* and ?).
+// path.Match's * and ? stop at '/', which a name may hold
+// (npm_config_//registry.npmjs.org/:_authToken), so '/' is swapped for
+// NUL, which no name holds, on both sides.
 func matchAny(name string, patterns []string) bool {
-	up := strings.ToUpper(name)
+	up := strings.ReplaceAll(strings.ToUpper(name), "/", "\x00")
 	for _, p := range patterns {
-		if ok, _ := path.Match(strings.ToUpper(p), up); ok {
+		if ok, _ := path.Match(strings.ReplaceAll(strings.ToUpper(p), "/", "\x00"), up); ok {
 			return true
 		}
 	}
@@ -136,13 +139,16 @@ func NativePath(s string) (string, error) {
 		if err != nil {
 			return "", fmt.Errorf("%w: URI %q: %v", ErrForeignPath, s, err)
 		}
-		if u.Host != "" && u.Host != "localhost" {
+		if u.Host != "" && !strings.EqualFold(u.Host, "localhost") {
 			return "", fmt.Errorf("%w: URI %q names host %q", ErrForeignPath, s, u.Host)
 		}
 		if u.Opaque != "" {
 			return "", fmt.Errorf("%w: URI %q is not an absolute file URI", ErrForeignPath, s)
 		}
 		p = u.Path
+		if strings.ContainsRune(p, 0) {
+			return "", fmt.Errorf("%w: %q contains a NUL byte", ErrForeignPath, s)
+		}
 	}
 	if len(p) >= 3 && p[0] == '/' && isDriveLetter(p[1:]) {
 		return "", fmt.Errorf("%w: %q is a Windows path", ErrForeignPath, s)

@@ -520,12 +520,24 @@ func TestWSLongPollDoesNotBlockOtherRequests(t *testing.T) {
 	r.result("process/start", startParams("s", "sleep", "60"))
 	readID := newID()
 	r.send(map[string]any{"id": readID, "method": "process/read", "params": map[string]any{"processId": "s", "afterSeq": 0, "waitMs": 60000}})
-	// The long poll is parked; these are answered meanwhile.
+	// The long poll is parked; this is answered meanwhile.
 	r.result("environment/info", nil)
-	r.result("process/terminate", map[string]any{"processId": "s"})
-	m := r.reply(readID)
-	if res := m["result"].(map[string]any); res["exited"] != true {
-		t.Fatalf("long poll: %v", m)
+	// Terminating wakes the long poll, so the two replies may come in
+	// either order.
+	termID := newID()
+	r.send(map[string]any{"id": termID, "method": "process/terminate", "params": map[string]any{"processId": "s"}})
+	got := map[float64]map[string]any{}
+	for len(got) < 2 {
+		m := r.recv()
+		if id, ok := m["id"].(float64); ok {
+			got[id] = m
+		}
+	}
+	if res := got[float64(readID)]["result"].(map[string]any); res["exited"] != true {
+		t.Fatalf("long poll: %v", got[float64(readID)])
+	}
+	if res := got[float64(termID)]["result"].(map[string]any); res["running"] != true {
+		t.Fatalf("terminate: %v", got[float64(termID)])
 	}
 }
 

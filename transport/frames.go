@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"sync"
 
@@ -48,7 +49,7 @@ func (w *WSFrames) ReadFrame(ctx context.Context) ([]byte, error) {
 				if _, err := io.Copy(io.Discard, r); err != nil {
 					return nil, err
 				}
-				return nil, ErrMessageTooLarge
+				return nil, fmt.Errorf("%w of %d bytes", ErrMessageTooLarge, w.maxBytes)
 			}
 			grow := min(int64(len(w.buf)), w.maxBytes+1-int64(n))
 			w.buf = append(w.buf, make([]byte, grow)...)
@@ -63,7 +64,7 @@ func (w *WSFrames) ReadFrame(ctx context.Context) ([]byte, error) {
 		}
 	}
 	if int64(n) > w.maxBytes {
-		return nil, ErrMessageTooLarge
+		return nil, fmt.Errorf("%w of %d bytes", ErrMessageTooLarge, w.maxBytes)
 	}
 	frame := w.buf[:n]
 	if cap(w.buf) > 1<<20 {
@@ -146,7 +147,7 @@ func (l *LineFrames) readLine() ([]byte, error) {
 	line = bytes.TrimSuffix(line, []byte{'\n'})
 	line = bytes.TrimSuffix(line, []byte{'\r'})
 	if tooLarge || len(line) > l.maxBytes {
-		return nil, ErrMessageTooLarge
+		return nil, fmt.Errorf("%w of %d bytes", ErrMessageTooLarge, l.maxBytes)
 	}
 	return line, nil
 }

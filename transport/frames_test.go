@@ -205,7 +205,7 @@ func TestLineFramesWriteIsOneWritePerFrame(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if err := l.WriteFrame(context.Background(), frame[:len(frame):len(frame)]); err != nil {
+			if err := l.WriteFrame(context.Background(), frame); err != nil {
 				t.Error(err)
 			}
 		}()

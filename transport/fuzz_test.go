@@ -8,6 +8,8 @@ import (
 	"io"
 	"reflect"
 	"testing"
+
+	"github.com/outpost-exec/outpost/protocol"
 )
 
 // Seed corpora live in testdata/fuzz/<FuzzName>/.
@@ -109,8 +111,11 @@ func FuzzCheckJSON(f *testing.F) {
 		if !json.Valid(data) {
 			t.Fatalf("CheckJSON accepted %q, which encoding/json says is not JSON", data)
 		}
+		// Numbers stay json.Numbers: 1e400 is JSON, if not a float64.
+		dec := json.NewDecoder(bytes.NewReader(data))
+		dec.UseNumber()
 		var v any
-		if err := json.Unmarshal(data, &v); err != nil {
+		if err := dec.Decode(&v); err != nil {
 			t.Fatalf("CheckJSON accepted %q, which encoding/json cannot decode: %v", data, err)
 		}
 		if n := countValues(v); n > int(maxValues) {
@@ -225,4 +230,51 @@ func (c *chunkReader) Read(p []byte) (int, error) {
 		p = p[:c.n]
 	}
 	return c.r.Read(p)
+}
+
+// FuzzReadMessageAgreesWithDecodeJSONMessage: JSONConn.ReadMessage (with
+// its process/output fast path) accepts exactly what DecodeJSONMessage
+// accepts, and reads the same message from it.
+func FuzzReadMessageAgreesWithDecodeJSONMessage(f *testing.F) {
+	f.Add([]byte(`{"method":"process/output","params":{"processId":"p1","seq":3,"stream":"stdout","chunk":"aGk="}}`))
+	f.Add([]byte(`{"method":"process/output","params":{"processId":"p1","seq":0,"stream":"pty","chunk":""}}`))
+	f.Add([]byte(`{"method":"process/output","params":{"processId":"a\"b","seq":1,"stream":"stderr","chunk":"/w=="}}`))
+	f.Add([]byte(`{"method":"process/output","params":{"processId":"p","seq":01,"stream":"stdout","chunk":"aGk="}}`))
+	f.Add([]byte(`{"id":1,"method":"initialize","params":{"clientName":"c"}}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		want, werr := DecodeJSONMessage(data)
+		c := NewJSONConn(&memFrames{in: [][]byte{append([]byte(nil), data...)}})
+		got, gerr := c.ReadMessage(context.Background())
+		if werr != nil {
+			var me *MalformedError
+			if !errors.As(gerr, &me) {
+				t.Fatalf("DecodeJSONMessage refuses %q (%v) but ReadMessage returns %+v, %v", data, werr, got, gerr)
+			}
+			return
+		}
+		if gerr != nil {
+			t.Fatalf("DecodeJSONMessage accepts %q but ReadMessage fails: %v", data, gerr)
+		}
+		if got.Kind != want.Kind || got.ID != want.ID || got.Method != want.Method {
+			t.Fatalf("%q: ReadMessage %v %v %q, DecodeJSONMessage %v %v %q", data, got.Kind, got.ID, got.Method, want.Kind, want.ID, want.Method)
+		}
+		if want.Kind == KindResponse {
+			return
+		}
+		if got.Params.Absent() != want.Params.Absent() {
+			t.Fatalf("%q: params absent %v vs %v", data, got.Params.Absent(), want.Params.Absent())
+		}
+		var gv, wv any
+		gerr, werr = got.Params.Decode(&gv), want.Params.Decode(&wv)
+		if (gerr == nil) != (werr == nil) || !reflect.DeepEqual(gv, wv) {
+			t.Fatalf("%q: params decode to %v (%v) vs %v (%v)", data, gv, gerr, wv, werr)
+		}
+		if want.Method == protocol.MethodProcessOutput {
+			var gn, wn protocol.OutputNotification
+			gerr, werr = got.Params.Decode(&gn), want.Params.Decode(&wn)
+			if (gerr == nil) != (werr == nil) || !reflect.DeepEqual(gn, wn) {
+				t.Fatalf("%q: output decodes to %+v (%v) vs %+v (%v)", data, gn, gerr, wn, werr)
+			}
+		}
+	})
 }

@@ -73,7 +73,7 @@ func (c *JSONConn) ReadMessage(ctx context.Context) (*Message, error) {
 	frame, err := c.frames.ReadFrame(ctx)
 	if err != nil {
 		if errors.Is(err, ErrMessageTooLarge) {
-			return nil, &MalformedError{Err: fmt.Errorf("failed to parse JSON-RPC message: %w (%d bytes)", err, protocol.MaxMessageBytes)}
+			return nil, &MalformedError{Err: fmt.Errorf("failed to parse JSON-RPC message: %w", err)}
 		}
 		return nil, err
 	}
@@ -294,7 +294,7 @@ func (c *JSONConn) WriteRequest(ctx context.Context, id ID, method string, param
 // traffic, is encoded by hand: base64 straight into the frame buffer.
 func (c *JSONConn) WriteNotification(ctx context.Context, method string, params any) error {
 	return c.send(ctx, func(b *bytes.Buffer) error {
-		if out, ok := params.(*protocol.OutputNotification); ok && method == protocol.MethodProcessOutput {
+		if out, ok := params.(*protocol.OutputNotification); ok && method == protocol.MethodProcessOutput && knownStream(out.Stream) {
 			appendOutputNotification(b, out)
 			return nil
 		}
@@ -311,6 +311,10 @@ func (c *JSONConn) WriteNotification(ctx context.Context, method string, params 
 		b.WriteByte('}')
 		return nil
 	})
+}
+
+func knownStream(s protocol.Stream) bool {
+	return s == protocol.StreamStdout || s == protocol.StreamStderr || s == protocol.StreamPty
 }
 
 func appendOutputNotification(b *bytes.Buffer, n *protocol.OutputNotification) {

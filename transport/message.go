@@ -56,7 +56,7 @@ func (id ID) MarshalJSON() ([]byte, error) {
 // UnmarshalJSON accepts a JSON integer or string.
 func (id *ID) UnmarshalJSON(b []byte) error {
 	if len(b) > 0 && b[0] == '"' {
-		id.IsStr = true
+		*id = ID{IsStr: true}
 		return json.Unmarshal(b, &id.Str)
 	}
 	n, err := strconv.ParseInt(string(b), 10, 64)
