@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/outpost-exec/outpost/client"
+	"github.com/outpost-exec/outpost/identity"
 	"github.com/outpost-exec/outpost/internal/peers"
 	"github.com/outpost-exec/outpost/protocol"
 )
@@ -21,9 +22,17 @@ import (
 const throughputBytes = 256 << 20
 
 type targets struct {
-	outpost, codex string // ws:// URLs; empty if unavailable
-	codexErr       error
+	outpost, native, codex string // URLs; codex empty if unavailable
+	codexErr               error
 }
+
+var benchKey = func() identity.Key {
+	k, err := identity.Generate()
+	if err != nil {
+		panic(err)
+	}
+	return k
+}()
 
 var (
 	setupOnce sync.Once
@@ -62,6 +71,12 @@ func setup(b *testing.B) targets {
 		}
 		servers = append(servers, s)
 		tg.outpost = s.URL
+		s, err = peers.StartOutpostNative(ctx, bin, tmpDir)
+		if err != nil {
+			b.Fatal(err)
+		}
+		servers = append(servers, s)
+		tg.native = s.URL
 		codexBin, err := peers.CodexBinary()
 		if err != nil {
 			tg.codexErr = err
@@ -79,10 +94,10 @@ func setup(b *testing.B) targets {
 	return tg
 }
 
-func connect(b *testing.B, url string) *client.Session {
+func connect(b *testing.B, url string) *client.Remote {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	s, err := client.Connect(ctx, url, client.DialOptions{})
+	s, err := client.Dial(ctx, url, client.Options{Key: benchKey, NoResume: true})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -104,7 +119,7 @@ func percentiles(b *testing.B, d []time.Duration) {
 	b.ReportMetric(at(0.99), "p99-ms")
 }
 
-func remoteTrue(b *testing.B, s *client.Session, i int) {
+func remoteTrue(b *testing.B, s *client.Remote, i int) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	p, err := s.Start(ctx, protocol.ExecParams{
@@ -147,6 +162,7 @@ func BenchmarkStartToExit(b *testing.B) {
 		percentiles(b, d)
 	}
 	b.Run("outpost-ws", func(b *testing.B) { run(b, setup(b).outpost) })
+	b.Run("outpost-tcp", func(b *testing.B) { run(b, setup(b).native) })
 	b.Run("codex-ws", func(b *testing.B) {
 		tg := setup(b)
 		if tg.codex == "" {
@@ -204,6 +220,7 @@ func BenchmarkThroughput(b *testing.B) {
 		}
 	}
 	b.Run("outpost-ws", func(b *testing.B) { run(b, setup(b).outpost) })
+	b.Run("outpost-tcp", func(b *testing.B) { run(b, setup(b).native) })
 	b.Run("codex-ws", func(b *testing.B) {
 		tg := setup(b)
 		if tg.codex == "" {

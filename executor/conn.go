@@ -40,6 +40,13 @@ const (
 // ServeConn serves one client connection until it ends or ctx is done. The
 // connection's session (if any) is detached, not ended, when it returns.
 func (s *Server) ServeConn(ctx context.Context, mc transport.MessageConn) error {
+	return s.serveConn(ctx, mc, nil)
+}
+
+// serveConn serves one connection. Pushed events go through the
+// connection's outbox, or, when streams is set (the native transport), to
+// one stream per process.
+func (s *Server) serveConn(ctx context.Context, mc transport.MessageConn, streams *streamLanes) error {
 	ctx, cancel := context.WithCancel(ctx)
 	readCtx, stopReads := context.WithCancel(ctx)
 	c := &serverConn{
@@ -51,6 +58,7 @@ func (s *Server) ServeConn(ctx context.Context, mc transport.MessageConn) error 
 		log:     s.log,
 		reads:   make(chan struct{}, s.cfg.MaxConcurrentReads),
 		out:     newOutbox(),
+		streams: streams,
 	}
 	writerDone := make(chan error, 1)
 	go func() { writerDone <- c.writeLoop() }()
@@ -63,6 +71,9 @@ func (s *Server) ServeConn(ctx context.Context, mc transport.MessageConn) error 
 	}
 	c.handlers.Wait()
 	c.out.shutdown()
+	if streams != nil {
+		streams.shutdown()
+	}
 	drain := time.NewTimer(drainTimeout)
 	var werr error
 	select {
@@ -99,8 +110,10 @@ type serverConn struct {
 	handlers sync.WaitGroup
 	out      *outbox
 
+	streams *streamLanes // native transport: a stream per process
+
 	parkedMu sync.Mutex
-	parked   []*lane // lanes added by the request being handled
+	parked   []func() // starts lanes added by the request being handled
 }
 
 func (c *serverConn) readLoop() error {
@@ -366,10 +379,16 @@ func EnvironmentInfo(cfg Config) protocol.EnvironmentInfo {
 
 // follow implements eventSink: push proc's events to this connection,
 // once the reply of the request being handled has been queued.
-func (c *serverConn) follow(id string, proc Process, afterSeq uint64, fromNow bool) {
-	if ln := c.out.follow(id, proc.Log(), afterSeq, fromNow); ln != nil {
+func (c *serverConn) follow(sessionID, id string, proc Process, afterSeq uint64, fromNow bool) {
+	var start func()
+	if c.streams != nil {
+		start = c.streams.follow(c.ctx, sessionID, id, proc.Log(), afterSeq, fromNow)
+	} else if ln := c.out.follow(id, proc.Log(), afterSeq, fromNow); ln != nil {
+		start = func() { c.out.unpark(ln) }
+	}
+	if start != nil {
 		c.parkedMu.Lock()
-		c.parked = append(c.parked, ln)
+		c.parked = append(c.parked, start)
 		c.parkedMu.Unlock()
 	}
 }
@@ -380,8 +399,8 @@ func (c *serverConn) unparkAll() {
 	parked := c.parked
 	c.parked = nil
 	c.parkedMu.Unlock()
-	for _, ln := range parked {
-		c.out.unpark(ln)
+	for _, start := range parked {
+		start()
 	}
 }
 
@@ -404,7 +423,7 @@ func (c *serverConn) writeLoop() error {
 				zap.String("process", ln.id), zap.Uint64("fromSeq", gap.FromSeq), zap.Uint64("toSeq", gap.ToSeq))
 		}
 		for i := range events {
-			if err := c.writeEvent(ln.id, &events[i]); err != nil {
+			if err := writeEvent(c.ctx, c.mc, ln.id, &events[i]); err != nil {
 				c.out.finishTurn(ln, false, false)
 				c.fail()
 				return err
@@ -427,17 +446,18 @@ func (c *serverConn) writeMsg(m outMsg) error {
 	return c.mc.WriteResult(c.ctx, m.id, m.result)
 }
 
-func (c *serverConn) writeEvent(id string, ev *Event) error {
+// writeEvent sends one event as its notification.
+func writeEvent(ctx context.Context, mc transport.MessageConn, id string, ev *Event) error {
 	switch ev.Kind {
 	case EventOutput:
-		return c.mc.WriteNotification(c.ctx, protocol.MethodProcessOutput,
+		return mc.WriteNotification(ctx, protocol.MethodProcessOutput,
 			&protocol.OutputNotification{ProcessID: id, Seq: ev.Seq, Stream: ev.Stream, Chunk: ev.Data})
 	case EventExited:
 		denied := ev.SandboxDenied
-		return c.mc.WriteNotification(c.ctx, protocol.MethodProcessExited,
+		return mc.WriteNotification(ctx, protocol.MethodProcessExited,
 			&protocol.ExitedNotification{ProcessID: id, Seq: ev.Seq, ExitCode: ev.ExitCode, SandboxDenied: &denied})
 	case EventClosed:
-		return c.mc.WriteNotification(c.ctx, protocol.MethodProcessClosed,
+		return mc.WriteNotification(ctx, protocol.MethodProcessClosed,
 			&protocol.ClosedNotification{ProcessID: id, Seq: ev.Seq})
 	}
 	return fmt.Errorf("unknown event kind %d", ev.Kind)

@@ -369,6 +369,12 @@ func (l *EventLog) readLocked(req ReadRequest) (protocol.ReadResult, bool) {
 		res.NextSeq = snap.NextSeq
 	}
 	res.Exited, res.Closed, res.SandboxDenied = snap.Exited, snap.Closed, snap.SandboxDenied
+	if l.exit != nil {
+		res.ExitSeq = l.exit.Seq
+	}
+	if l.closed != nil {
+		res.CloseSeq = l.closed.Seq
+	}
 	if snap.Exited {
 		code := snap.ExitCode
 		res.ExitCode = &code

@@ -43,7 +43,7 @@ type attachment struct {
 // eventSink receives the pushed events of a session's processes.
 type eventSink interface {
 	// follow starts pushing proc's events after seq afterSeq.
-	follow(id string, proc Process, afterSeq uint64, fromNow bool)
+	follow(sessionID, id string, proc Process, afterSeq uint64, fromNow bool)
 }
 
 // ID returns the session id.
@@ -71,7 +71,7 @@ func (s *Session) attach(sink eventSink) (*attachment, error) {
 	s.attached = a
 	for id, e := range s.procs {
 		if e.proc != nil {
-			sink.follow(id, e.proc, 0, true)
+			sink.follow(s.id, id, e.proc, 0, true)
 		}
 	}
 	return a, nil
@@ -221,7 +221,7 @@ func (s *Session) Start(ctx context.Context, p protocol.ExecParams) (protocol.St
 	}
 	entry.proc = proc
 	if s.attached != nil {
-		s.attached.sink.follow(id, proc, 0, false)
+		s.attached.sink.follow(s.id, id, proc, 0, false)
 	}
 	s.mu.Unlock()
 	go s.evictAfterClose(id, entry)

@@ -258,7 +258,7 @@ func TestConnectionCloseLeaksNoGoroutines(t *testing.T) {
 
 type nopSink struct{}
 
-func (nopSink) follow(string, Process, uint64, bool) {}
+func (nopSink) follow(string, string, Process, uint64, bool) {}
 
 func TestLongPollReadFailsAfterSessionResume(t *testing.T) {
 	mb := &MockBackend{Script: func(Spec) []MockStep { return []MockStep{{AwaitSignal: true}} }}

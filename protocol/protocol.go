@@ -55,6 +55,12 @@ const (
 	MethodProcessResize    = "process/resize" // outpost addition
 	MethodEnvironmentInfo  = "environment/info"
 
+	// MethodProcessEvents opens an executor-initiated stream of one
+	// process's events on the native (yamux) transport; its params are
+	// EventsStreamHeader, and process/output, process/exited and
+	// process/closed notifications follow on the same stream.
+	MethodProcessEvents = "process/events"
+
 	// Notifications, executor -> client.
 	MethodProcessOutput = "process/output"
 	MethodProcessExited = "process/exited"

@@ -14,7 +14,7 @@ func TestEveryFieldHasMatchingJSONAndMsgpackTags(t *testing.T) {
 		InitializeParams{}, InitializeResult{}, EnvPolicy{}, ManagedNetwork{}, ExecParams{}, StartResult{},
 		ReadParams{}, OutputChunk{}, Gap{}, ReadResult{}, WriteParams{}, WriteResult{}, SignalParams{},
 		TerminateParams{}, TerminateResult{}, ResizeParams{}, Shell{}, EnvironmentInfo{},
-		OutputNotification{}, ExitedNotification{}, ClosedNotification{}, Error{},
+		OutputNotification{}, ExitedNotification{}, ClosedNotification{}, Error{}, EventsStreamHeader{},
 	}
 	for _, v := range types {
 		rt := reflect.TypeOf(v)

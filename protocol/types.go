@@ -125,6 +125,11 @@ type ReadResult struct {
 	Failure       *string       `json:"failure" msgpack:"failure"`
 	SandboxDenied bool          `json:"sandboxDenied" msgpack:"sandboxDenied"`
 	Gap           *Gap          `json:"gap,omitempty" msgpack:"gap,omitempty"`
+	// ExitSeq and CloseSeq place the exit and close events among the
+	// chunks (outpost addition; 0 until they happen), so a reader that
+	// catches up through process/read can rebuild the exact event order.
+	ExitSeq  uint64 `json:"exitSeq,omitempty" msgpack:"exitSeq,omitempty"`
+	CloseSeq uint64 `json:"closeSeq,omitempty" msgpack:"closeSeq,omitempty"`
 }
 
 // WriteParams are the params of process/write.
@@ -251,6 +256,12 @@ type ExitedNotification struct {
 	Seq           uint64 `json:"seq" msgpack:"seq"`
 	ExitCode      int32  `json:"exitCode" msgpack:"exitCode"`
 	SandboxDenied *bool  `json:"sandboxDenied,omitempty" msgpack:"sandboxDenied,omitempty"`
+}
+
+// EventsStreamHeader opens a process's event stream (native transport).
+type EventsStreamHeader struct {
+	SessionID string `json:"sessionId" msgpack:"sessionId"`
+	ProcessID string `json:"processId" msgpack:"processId"`
 }
 
 // ClosedNotification is the params of process/closed, a process's last

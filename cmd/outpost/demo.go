@@ -10,12 +10,14 @@ import (
 
 	"github.com/outpost-exec/outpost/client"
 	"github.com/outpost-exec/outpost/executor"
+	"github.com/outpost-exec/outpost/identity"
 	"github.com/outpost-exec/outpost/protocol"
 )
 
 // cmdDemo runs the main job on an embedded default: an executor in this
-// process, listening on loopback, and a client that runs a real command
-// through it and prints what came back.
+// process listening on loopback, and a client that reaches it over the
+// encrypted path (Noise IK + yamux + msgpack), runs a real command and
+// prints what came back. Keys are ephemeral; nothing is written to disk.
 func cmdDemo(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("outpost demo", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -28,45 +30,53 @@ func cmdDemo(args []string, stdout, stderr io.Writer) int {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-
-	srv, err := executor.NewServer(executor.DefaultConfig())
-	if err != nil {
+	fail := func(err error) int {
 		fmt.Fprintln(stderr, "outpost demo:", err)
 		return 1
 	}
-	l, err := srv.ListenWS("127.0.0.1:0", executor.WSOptions{})
+
+	execKey, err := identity.Generate()
 	if err != nil {
-		fmt.Fprintln(stderr, "outpost demo:", err)
-		return 1
+		return fail(err)
+	}
+	clientKey, err := identity.Generate()
+	if err != nil {
+		return fail(err)
+	}
+	srv, err := executor.NewServer(executor.DefaultConfig())
+	if err != nil {
+		return fail(err)
+	}
+	l, err := srv.ListenNative("tcp://127.0.0.1:0", executor.NativeOptions{Key: execKey.Keypair()})
+	if err != nil {
+		return fail(err)
 	}
 	defer func() {
 		l.Close()
 		srv.Shutdown(ctx)
 	}()
-	fmt.Fprintf(stdout, "executor listening on %s (in-process)\n", l.URL())
+	url := l.URL() + "#" + execKey.PublicKey().Fingerprint()
+	fmt.Fprintf(stdout, "executor listening on %s (in-process)\n", url)
 
-	sess, err := client.Connect(ctx, l.URL(), client.DialOptions{})
+	env, err := client.Dial(ctx, url, client.Options{Key: clientKey})
 	if err != nil {
-		fmt.Fprintln(stderr, "outpost demo:", err)
-		return 1
+		return fail(err)
 	}
-	defer sess.Close()
-	fmt.Fprintf(stdout, "session %s\n$ %q\n", sess.ID(), argv)
+	defer env.Close()
+	fmt.Fprintf(stdout, "session %s over Noise IK + yamux\n$ %q\n", env.SessionID(), argv)
 	cwd, _ := os.Getwd()
 	start := time.Now()
-	p, err := sess.Start(ctx, protocol.ExecParams{
+	p, err := env.Start(ctx, protocol.ExecParams{
 		Argv:      argv,
 		Cwd:       "file://" + cwd,
 		EnvPolicy: &protocol.EnvPolicy{Inherit: protocol.InheritCore},
 	})
 	if err != nil {
-		fmt.Fprintln(stderr, "outpost demo: start:", err)
-		return 1
+		return fail(fmt.Errorf("start: %w", err))
 	}
 	res, err := p.Wait(ctx)
 	if err != nil {
-		fmt.Fprintln(stderr, "outpost demo:", err)
-		return 1
+		return fail(err)
 	}
 	fmt.Fprintf(stdout, "stdout: %q\nstderr: %q\nexit code %d in %s\n", res.Stdout, res.Stderr, res.ExitCode, time.Since(start).Round(time.Microsecond))
 	return 0

@@ -11,6 +11,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
@@ -19,6 +20,7 @@ import (
 	"go.uber.org/zap/zapcore"
 
 	"github.com/outpost-exec/outpost/executor"
+	"github.com/outpost-exec/outpost/identity"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -28,7 +30,7 @@ const usage = `outpost runs commands on remote machines through an end-to-end en
 
 Usage:
   outpost demo                       run a command through an in-process executor on loopback
-  outpost executor serve [flags]     serve the exec-server protocol (--listen ws://IP:PORT | stdio)
+  outpost executor serve [flags]     serve processes (--listen tcp://HOST:PORT | unix:///path | ws://IP:PORT | stdio)
   outpost version                    print the version
 
 Run "outpost <command> -h" for a command's flags.
@@ -101,7 +103,9 @@ func (l *logFlags) build(stderr io.Writer) (*zap.Logger, error) {
 func cmdExecutorServe(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("outpost executor serve", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	listen := fs.String("listen", executor.DefaultListenURL, "listen URL: ws://IP:PORT or stdio")
+	listen := fs.String("listen", executor.DefaultListenURL, "listen URL: ws://IP:PORT, stdio, tcp://HOST:PORT or unix:///path")
+	stateDir := fs.String("state-dir", identity.DefaultStateDir(), "directory for the executor's key (tcp:// and unix://)")
+	authorized := fs.String("authorized-clients", "", "file of client public keys allowed to connect (tcp:// and unix://); default: any")
 	cfg := executor.DefaultConfig()
 	backend := executor.NewLocalBackend()
 	fs.DurationVar(&cfg.DetachedTTL, "detached-ttl", cfg.DetachedTTL, "how long a disconnected session's processes keep running")
@@ -123,16 +127,6 @@ func cmdExecutorServe(args []string, stdout, stderr io.Writer) int {
 	}
 	defer log.Sync()
 	cfg.Backend, cfg.Logger, cfg.Version = backend, log, version
-	lu, err := executor.ParseListenURL(*listen)
-	if err != nil {
-		fmt.Fprintln(stderr, "outpost:", err)
-		return 2
-	}
-	token, err := connectionToken()
-	if err != nil {
-		fmt.Fprintln(stderr, "outpost:", err)
-		return 2
-	}
 	srv, err := executor.NewServer(cfg)
 	if err != nil {
 		fmt.Fprintln(stderr, "outpost:", err)
@@ -146,6 +140,60 @@ func cmdExecutorServe(args []string, stdout, stderr io.Writer) int {
 		if err := srv.Shutdown(sctx); err != nil {
 			log.Warn("shutdown: some processes were killed", zap.Error(err))
 		}
+	}
+	announce := func(url string) {
+		fmt.Fprintln(stdout, url)
+		if f, ok := stdout.(*os.File); ok {
+			f.Sync()
+		}
+	}
+	if strings.HasPrefix(*listen, "tcp://") || strings.HasPrefix(*listen, "unix://") {
+		key, created, err := identity.LoadOrCreate(filepath.Join(*stateDir, "executor.key"))
+		if err != nil {
+			fmt.Fprintln(stderr, "outpost:", err)
+			return 1
+		}
+		opts := executor.NativeOptions{Key: key.Keypair()}
+		if *authorized != "" {
+			allow, err := identity.LoadAllowList(*authorized)
+			if err != nil {
+				fmt.Fprintln(stderr, "outpost:", err)
+				return 2
+			}
+			opts.Authorize = func(peer []byte) error {
+				var k identity.PublicKey
+				copy(k[:], peer)
+				if !allow.Allowed(k) {
+					log.Info("refused a client key not in --authorized-clients", zap.String("client", k.Fingerprint()))
+					return fmt.Errorf("client key %s is not authorised", k.Fingerprint())
+				}
+				return nil
+			}
+			log.Info("client allow-list loaded", zap.String("file", *authorized), zap.Int("keys", allow.Len()))
+		}
+		l, err := srv.ListenNative(*listen, opts)
+		if err != nil {
+			fmt.Fprintln(stderr, "outpost: listen:", err)
+			return 1
+		}
+		url := l.URL() + "#" + key.PublicKey().Fingerprint()
+		announce(url)
+		log.Info("executor listening", zap.String("url", url), zap.String("fingerprint", key.PublicKey().Fingerprint()), zap.Bool("new_key", created))
+		<-ctx.Done()
+		log.Info("shutting down")
+		l.Close()
+		shutdown()
+		return 0
+	}
+	lu, err := executor.ParseListenURL(*listen)
+	if err != nil {
+		fmt.Fprintln(stderr, "outpost:", strings.Replace(err.Error(), "` or `stdio`", "`, `stdio`, `tcp://HOST:PORT` or `unix:///path`", 1))
+		return 2
+	}
+	token, err := connectionToken()
+	if err != nil {
+		fmt.Fprintln(stderr, "outpost:", err)
+		return 2
 	}
 	switch lu.Scheme {
 	case "stdio":
@@ -162,10 +210,7 @@ func cmdExecutorServe(args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintln(stderr, "outpost: listen:", err)
 			return 1
 		}
-		fmt.Fprintln(stdout, l.URL())
-		if f, ok := stdout.(*os.File); ok {
-			f.Sync()
-		}
+		announce(l.URL())
 		log.Info("executor listening", zap.String("url", l.URL()), zap.Bool("token", token != ""))
 		<-ctx.Done()
 		log.Info("shutting down")

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/outpost-exec/outpost/client"
+	"github.com/outpost-exec/outpost/identity"
 	"github.com/outpost-exec/outpost/protocol"
 )
 
@@ -38,7 +39,7 @@ func TestDemoRunsACommandThroughTheExecutor(t *testing.T) {
 	if code := run([]string{"demo"}, &out, &errb); code != 0 {
 		t.Fatalf("exit %d: %s", code, errb.String())
 	}
-	for _, want := range []string{"executor listening on ws://127.0.0.1:", `stdout: "hello from Linux`, `stderr: "to stderr\n"`, "exit code 3"} {
+	for _, want := range []string{"executor listening on tcp://127.0.0.1:", "over Noise IK + yamux", `stdout: "hello from Linux`, `stderr: "to stderr\n"`, "exit code 3"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("demo output lacks %q:\n%s", want, out.String())
 		}
@@ -59,8 +60,8 @@ func TestUnknownCommandsAndBadFlagsExitTwo(t *testing.T) {
 
 func TestListenURLErrorIsExplicit(t *testing.T) {
 	var out, errb bytes.Buffer
-	run([]string{"executor", "serve", "--listen", "tcp://127.0.0.1:0"}, &out, &errb)
-	if !strings.Contains(errb.String(), "unsupported --listen URL `tcp://127.0.0.1:0`; expected `ws://IP:PORT` or `stdio`") {
+	run([]string{"executor", "serve", "--listen", "http://x"}, &out, &errb)
+	if !strings.Contains(errb.String(), "unsupported --listen URL `http://x`; expected `ws://IP:PORT`, `stdio`, `tcp://HOST:PORT` or `unix:///path`") {
 		t.Fatalf("stderr %q", errb.String())
 	}
 }
@@ -94,10 +95,10 @@ func TestServePrintsURLServesAndShutsDownOnSIGTERM(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	if _, err := client.Connect(ctx, url, client.DialOptions{}); err == nil {
+	if _, err := client.Dial(ctx, url, client.Options{}); err == nil {
 		t.Fatal("connected without the token")
 	}
-	s, err := client.Connect(ctx, url, client.DialOptions{Token: "tok"})
+	s, err := client.Dial(ctx, url, client.Options{Token: "tok"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -143,4 +144,74 @@ func TestServeStdio(t *testing.T) {
 	if err := cmd.Wait(); err != nil {
 		t.Fatalf("stdio serve exit: %v", err)
 	}
+}
+
+func startServe(t *testing.T, args ...string) (url string, stop func() error) {
+	t.Helper()
+	cmd := exec.Command(outpostBin, append([]string{"executor", "serve"}, args...)...)
+	stdout, _ := cmd.StdoutPipe()
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	line, err := bufio.NewReader(stdout).ReadString('\n')
+	if err != nil {
+		t.Fatalf("no URL: %v; stderr %s", err, stderr.String())
+	}
+	return strings.TrimSpace(line), func() error {
+		cmd.Process.Signal(syscall.SIGTERM)
+		return cmd.Wait()
+	}
+}
+
+func TestServeTCPPersistsItsKeyAndPrintsTheFingerprint(t *testing.T) {
+	state := t.TempDir()
+	url, stop := startServe(t, "--listen", "tcp://127.0.0.1:0", "--state-dir", state)
+	base, fp, ok := strings.Cut(url, "#")
+	if !ok || !strings.HasPrefix(base, "tcp://127.0.0.1:") || len(fp) != 43 {
+		t.Fatalf("printed %q, want tcp://HOST:PORT#<fingerprint>", url)
+	}
+	fi, err := os.Stat(filepath.Join(state, "executor.key"))
+	if err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("key file: %v %v", fi, err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	env, err := client.Dial(ctx, url, client.Options{KeyFile: filepath.Join(t.TempDir(), "client.key")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := client.Command(env, "echo", "over tcp").Output()
+	if err != nil || string(out) != "over tcp\n" {
+		t.Fatalf("%q %v", out, err)
+	}
+	env.Close()
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	url2, _ := startServe(t, "--listen", "tcp://127.0.0.1:0", "--state-dir", state)
+	if _, fp2, _ := strings.Cut(url2, "#"); fp2 != fp {
+		t.Fatalf("fingerprint changed across restarts: %s then %s", fp, fp2)
+	}
+}
+
+func TestServeRefusesClientsOutsideTheAllowList(t *testing.T) {
+	dir := t.TempDir()
+	allowed, _ := identity.Generate()
+	stranger, _ := identity.Generate()
+	list := filepath.Join(dir, "authorized_clients")
+	os.WriteFile(list, []byte("# ops\n"+allowed.PublicKey().Fingerprint()+" alice\n"), 0o600)
+	url, _ := startServe(t, "--listen", "unix://"+filepath.Join(dir, "exec.sock"), "--state-dir", dir, "--authorized-clients", list)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if _, err := client.Dial(ctx, url, client.Options{Key: stranger}); err == nil || !strings.Contains(err.Error(), "not authorised") {
+		t.Fatalf("stranger: %v", err)
+	}
+	env, err := client.Dial(ctx, url, client.Options{Key: allowed})
+	if err != nil {
+		t.Fatal(err)
+	}
+	env.Close()
 }

@@ -105,9 +105,9 @@ func Start(ctx context.Context, env []string, argv ...string) (*Server, error) {
 	}()
 	select {
 	case l := <-line:
-		if !strings.HasPrefix(l, "ws://") {
+		if !strings.Contains(l, "://") {
 			s.Stop()
-			return nil, fmt.Errorf("%s printed %q, not a ws:// URL; stderr: %s", argv[0], l, tb.String())
+			return nil, fmt.Errorf("%s printed %q, not a URL; stderr: %s", argv[0], l, tb.String())
 		}
 		s.URL = l
 		return s, nil
@@ -120,6 +120,12 @@ func Start(ctx context.Context, env []string, argv ...string) (*Server, error) {
 // StartOutpost starts "outpost executor serve" on a loopback port.
 func StartOutpost(ctx context.Context, bin string, env ...string) (*Server, error) {
 	return Start(ctx, env, bin, "executor", "serve", "--listen", "ws://127.0.0.1:0", "--log-level", "warn")
+}
+
+// StartOutpostNative starts "outpost executor serve" on a loopback TCP
+// port (Noise + yamux); the URL carries the executor's fingerprint.
+func StartOutpostNative(ctx context.Context, bin, stateDir string, env ...string) (*Server, error) {
+	return Start(ctx, env, bin, "executor", "serve", "--listen", "tcp://127.0.0.1:0", "--state-dir", stateDir, "--log-level", "warn")
 }
 
 // StartCodex starts "codex exec-server" on a loopback port.

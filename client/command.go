@@ -1,0 +1,218 @@
+package client
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+
+	"github.com/outpost-exec/outpost/protocol"
+)
+
+// Cmd runs a command in an Environment; it is shaped like os/exec.Cmd.
+type Cmd struct {
+	Env  Environment
+	Path string
+	Args []string // Args[0] is the program as the child sees it
+	// Dir is the working directory on the executor (a path or file: URI).
+	Dir string
+	// Environ is the child's exact environment as KEY=VALUE; nil with
+	// InheritEnv inherits the executor's core variables instead.
+	Environ    []string
+	InheritEnv bool
+	Tty        bool
+
+	Stdin  io.Reader
+	Stdout io.Writer
+	Stderr io.Writer
+
+	// Process is set by Start.
+	Process *Process
+	// ExitCode is set by Wait.
+	ExitCode int
+
+	ctx      context.Context
+	copyDone chan error
+	waited   bool
+}
+
+// ExitError reports a non-zero exit.
+type ExitError struct {
+	Code   int
+	Stderr []byte // set by Output
+}
+
+func (e *ExitError) Error() string { return fmt.Sprintf("exit status %d", e.Code) }
+
+// Command returns a Cmd for name and args in env.
+func Command(env Environment, name string, args ...string) *Cmd {
+	return CommandContext(context.Background(), env, name, args...)
+}
+
+// CommandContext is Command with a context: when ctx is done the process
+// is terminated.
+func CommandContext(ctx context.Context, env Environment, name string, args ...string) *Cmd {
+	return &Cmd{Env: env, Path: name, Args: append([]string{name}, args...), ctx: ctx}
+}
+
+// Start starts the command.
+func (c *Cmd) Start() error {
+	if c.Process != nil {
+		return errors.New("outpost: already started")
+	}
+	if c.ctx == nil {
+		c.ctx = context.Background()
+	}
+	params := protocol.ExecParams{Argv: append([]string{c.Path}, c.Args[min(1, len(c.Args)):]...), Cwd: c.Dir, Tty: c.Tty, PipeStdin: c.Stdin != nil}
+	if len(c.Args) > 0 && c.Args[0] != c.Path {
+		arg0 := c.Args[0]
+		params.Arg0 = &arg0
+	}
+	if c.Environ != nil || !c.InheritEnv {
+		params.Env = map[string]string{}
+		for _, kv := range c.Environ {
+			k, v, _ := cutEnv(kv)
+			params.Env[k] = v
+		}
+	}
+	if c.InheritEnv {
+		params.EnvPolicy = &protocol.EnvPolicy{Inherit: protocol.InheritCore}
+	}
+	p, err := c.Env.Start(c.ctx, params)
+	if err != nil {
+		return err
+	}
+	c.Process = p
+	if c.Stdin != nil {
+		c.copyDone = make(chan error, 1)
+		go func() { c.copyDone <- c.feedStdin() }()
+	}
+	if c.ctx.Done() != nil {
+		go func() {
+			select {
+			case <-c.ctx.Done():
+				p.Terminate(context.Background())
+			case <-p.Done():
+			}
+		}()
+	}
+	return nil
+}
+
+func cutEnv(kv string) (string, string, bool) {
+	for i := 0; i < len(kv); i++ {
+		if kv[i] == '=' {
+			return kv[:i], kv[i+1:], true
+		}
+	}
+	return kv, "", false
+}
+
+func (c *Cmd) feedStdin() error {
+	buf := make([]byte, 64<<10)
+	for {
+		n, err := c.Stdin.Read(buf)
+		if n > 0 {
+			st, werr := c.Process.Write(c.ctx, append([]byte(nil), buf[:n]...))
+			if werr != nil {
+				return werr
+			}
+			if st == protocol.WriteStdinClosed {
+				return nil // the child closed its stdin
+			}
+		}
+		if err == io.EOF {
+			return c.Process.CloseStdin(c.ctx)
+		}
+		if err != nil {
+			c.Process.CloseStdin(c.ctx)
+			return err
+		}
+	}
+}
+
+// Wait copies the output to Stdout and Stderr until the process closes.
+// A non-zero exit is an *ExitError.
+func (c *Cmd) Wait() error {
+	if c.Process == nil {
+		return errors.New("outpost: not started")
+	}
+	if c.waited {
+		return errors.New("outpost: Wait was already called")
+	}
+	c.waited = true
+	var werr error
+	for ev := range c.Process.Events() {
+		switch ev.Kind {
+		case EventOutput:
+			w := c.Stdout
+			if ev.Stream == protocol.StreamStderr {
+				w = c.Stderr
+			}
+			if w != nil && werr == nil {
+				if _, err := w.Write(ev.Data); err != nil {
+					werr = err
+				}
+			}
+		case EventFailed:
+			return ev.Err
+		}
+	}
+	if err := c.Process.Err(); err != nil {
+		return err
+	}
+	c.ExitCode = int(c.Process.exitCode.Load())
+	if c.copyDone != nil {
+		select {
+		case err := <-c.copyDone:
+			if err != nil && werr == nil {
+				werr = fmt.Errorf("copying stdin: %w", err)
+			}
+		default: // the process is done; a stdin still being read is abandoned
+		}
+	}
+	if c.ExitCode != 0 {
+		return &ExitError{Code: c.ExitCode}
+	}
+	return werr
+}
+
+// Run starts the command and waits for it.
+func (c *Cmd) Run() error {
+	if err := c.Start(); err != nil {
+		return err
+	}
+	return c.Wait()
+}
+
+// Output runs the command and returns its stdout; an *ExitError carries
+// the stderr.
+func (c *Cmd) Output() ([]byte, error) {
+	if c.Stdout != nil {
+		return nil, errors.New("outpost: Stdout already set")
+	}
+	var out, errb bytes.Buffer
+	c.Stdout = &out
+	if c.Stderr == nil {
+		c.Stderr = &errb
+	}
+	err := c.Run()
+	var ee *ExitError
+	if errors.As(err, &ee) {
+		ee.Stderr = errb.Bytes()
+	}
+	return out.Bytes(), err
+}
+
+// CombinedOutput runs the command and returns stdout and stderr together,
+// in arrival order.
+func (c *Cmd) CombinedOutput() ([]byte, error) {
+	if c.Stdout != nil || c.Stderr != nil {
+		return nil, errors.New("outpost: Stdout or Stderr already set")
+	}
+	var b bytes.Buffer
+	c.Stdout, c.Stderr = &b, &b
+	err := c.Run()
+	return b.Bytes(), err
+}

@@ -1,0 +1,328 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/hashicorp/yamux"
+
+	"github.com/outpost-exec/outpost/identity"
+	"github.com/outpost-exec/outpost/protocol"
+	"github.com/outpost-exec/outpost/transport"
+)
+
+// Options configure Dial. The zero value is usable.
+type Options struct {
+	// ClientName is sent in initialize (default "outpost").
+	ClientName string
+	// Token is the bearer token for ws:// executors.
+	Token string
+
+	// Key is this client's static key for tcp:// and unix:// executors.
+	// Zero: loaded from (or created in) KeyFile.
+	Key identity.Key
+	// KeyFile defaults to <config dir>/client.key.
+	KeyFile string
+	// KnownExecutors is the trust-on-first-use pin file (default
+	// <config dir>/known_executors). Pin, or a #fingerprint in the URL,
+	// overrides it.
+	KnownExecutors string
+	Pin            string
+	// NoTOFU refuses executors whose key is not pinned, instead of pinning
+	// the key presented on first contact.
+	NoTOFU bool
+
+	// Mux configures yamux on the native transport.
+	Mux transport.MuxConfig
+	// RecoveryTimeout bounds how long a dropped connection is retried
+	// (default 25 s, inside the executor's detached TTL).
+	RecoveryTimeout time.Duration
+	// NoResume fails processes when the connection drops, instead of
+	// reconnecting.
+	NoResume bool
+}
+
+func (o Options) clientName() string {
+	if o.ClientName != "" {
+		return o.ClientName
+	}
+	return "outpost"
+}
+
+func (o Options) recoveryTimeout() time.Duration {
+	if o.RecoveryTimeout > 0 {
+		return o.RecoveryTimeout
+	}
+	return 25 * time.Second
+}
+
+// Dial connects to an executor:
+//
+//	tcp://HOST:PORT[#fingerprint]   Noise + yamux + msgpack (native)
+//	unix:///path[#fingerprint]      the same over a Unix socket
+//	ws://IP:PORT                    codex's JSON-RPC lite (plaintext; loopback)
+//	stdio:///path/to/outpost        spawns "outpost executor serve --listen stdio"
+func Dial(ctx context.Context, url string, opts Options) (*Remote, error) {
+	var dial dialFunc
+	switch {
+	case strings.HasPrefix(url, "tcp://") || strings.HasPrefix(url, "unix://"):
+		d, err := nativeDialer(url, opts)
+		if err != nil {
+			return nil, err
+		}
+		dial = d
+	case strings.HasPrefix(url, "ws://"):
+		dial = func(ctx context.Context, route func(string, transport.Params, bool)) (*conn, error) {
+			rpc, err := DialWS(ctx, url, DialOptions{Token: opts.Token}, func(m string, p transport.Params) { route(m, p, false) })
+			if err != nil {
+				return nil, err
+			}
+			return &conn{rpc: rpc, close: rpc.Close, shared: true}, nil
+		}
+	case strings.HasPrefix(url, "stdio://"):
+		dial = stdioDialer(strings.TrimPrefix(url, "stdio://"))
+	default:
+		return nil, fmt.Errorf("unsupported executor URL %q; expected tcp://, unix://, ws:// or stdio://", url)
+	}
+	return newRemote(ctx, url, dial, opts)
+}
+
+// nativeDialer prepares the Noise identity and pins for tcp:// and unix://.
+func nativeDialer(url string, opts Options) (dialFunc, error) {
+	network, addr, err := parseNativeURL(url)
+	if err != nil {
+		return nil, err
+	}
+	pinKey := strings.TrimPrefix(url, strings.SplitN(url, "#", 2)[0])
+	pinKey = strings.TrimPrefix(pinKey, "#")
+	if opts.Pin != "" {
+		pinKey = opts.Pin
+	}
+	var pinned *identity.PublicKey
+	if pinKey != "" {
+		k, err := identity.ParsePublicKey(pinKey)
+		if err != nil {
+			return nil, fmt.Errorf("executor pin: %w", err)
+		}
+		pinned = &k
+	}
+	key := opts.Key
+	if key == (identity.Key{}) {
+		path := opts.KeyFile
+		if path == "" {
+			path = filepath.Join(identity.DefaultConfigDir(), "client.key")
+		}
+		if key, _, err = identity.LoadOrCreate(path); err != nil {
+			return nil, fmt.Errorf("client key: %w", err)
+		}
+	}
+	var known *identity.KnownExecutors
+	if pinned == nil {
+		path := opts.KnownExecutors
+		if path == "" {
+			path = filepath.Join(identity.DefaultConfigDir(), "known_executors")
+		}
+		if known, err = identity.OpenKnownExecutors(path); err != nil {
+			return nil, err
+		}
+	}
+	pinAddr := strings.SplitN(url, "#", 2)[0]
+	muxCfg := opts.Mux
+	if muxCfg == (transport.MuxConfig{}) {
+		muxCfg = transport.DefaultMuxConfig()
+	}
+	return func(ctx context.Context, route func(string, transport.Params, bool)) (*conn, error) {
+		var d net.Dialer
+		raw, err := d.DialContext(ctx, network, addr)
+		if err != nil {
+			return nil, fmt.Errorf("dial %s: %w", url, err)
+		}
+		nc, err := handshake(ctx, raw, key, pinAddr, pinned, known, opts.NoTOFU, network, addr)
+		if err != nil {
+			raw.Close()
+			return nil, err
+		}
+		return muxConn(nc, muxCfg, route)
+	}, nil
+}
+
+// handshake runs Noise as initiator: IK with a pinned key, XX (trust on
+// first use) otherwise. A pinned key that the executor no longer has is
+// refused with both fingerprints.
+func handshake(ctx context.Context, raw net.Conn, key identity.Key, addr string, pinned *identity.PublicKey, known *identity.KnownExecutors, noTOFU bool, network, netAddr string) (net.Conn, error) {
+	cfg := transport.NoiseConfig{Static: key.Keypair(), Purpose: "exec"}
+	fromFile := false
+	if pinned == nil && known != nil {
+		if k, ok := known.Lookup(addr); ok {
+			pinned, fromFile = &k, true
+		}
+	}
+	if pinned != nil {
+		cfg.PeerStatic = pinned[:]
+		nc, err := transport.NoiseInitiator(ctx, raw, cfg)
+		if err == nil {
+			return nc, nil
+		}
+		if !errors.Is(err, transport.ErrHandshakeRefused) {
+			return nil, err
+		}
+		// Refused: a changed executor key, or our key is not authorised.
+		// Learn which with an XX probe that stops before revealing us.
+		presented, perr := probeExecutorKey(ctx, network, netAddr, key)
+		if perr == nil && presented != *pinned {
+			if fromFile {
+				return nil, &identity.KeyMismatchError{Addr: addr, Pinned: *pinned, Presented: presented, File: known.Path()}
+			}
+			return nil, fmt.Errorf("executor key for %s differs from the pin: pinned %s, presented %s", addr, pinned.Fingerprint(), presented.Fingerprint())
+		}
+		return nil, fmt.Errorf("executor %s refused this client (key %s is not authorised there): %w", addr, key.PublicKey().Fingerprint(), err)
+	}
+	if noTOFU {
+		return nil, fmt.Errorf("executor %s has no pinned key and trust on first use is off", addr)
+	}
+	cfg.VerifyPeer = func(peer []byte) error {
+		var k identity.PublicKey
+		copy(k[:], peer)
+		return known.Pin(addr, k)
+	}
+	return transport.NoiseInitiator(ctx, raw, cfg)
+}
+
+var errProbeDone = errors.New("probe done")
+
+// probeExecutorKey learns the key an executor presents, without revealing
+// ours (the XX handshake is abandoned before message 3).
+func probeExecutorKey(ctx context.Context, network, addr string, key identity.Key) (identity.PublicKey, error) {
+	var d net.Dialer
+	raw, err := d.DialContext(ctx, network, addr)
+	if err != nil {
+		return identity.PublicKey{}, err
+	}
+	defer raw.Close()
+	var presented identity.PublicKey
+	_, err = transport.NoiseInitiator(ctx, raw, transport.NoiseConfig{Static: key.Keypair(), Purpose: "exec", VerifyPeer: func(peer []byte) error {
+		copy(presented[:], peer)
+		return errProbeDone
+	}})
+	if errors.Is(err, errProbeDone) {
+		return presented, nil
+	}
+	return identity.PublicKey{}, err
+}
+
+func parseNativeURL(s string) (network, addr string, err error) {
+	base := strings.SplitN(s, "#", 2)[0]
+	if rest, ok := strings.CutPrefix(base, "tcp://"); ok {
+		if _, _, err := net.SplitHostPort(rest); err != nil {
+			return "", "", fmt.Errorf("invalid executor URL %q; expected tcp://HOST:PORT", s)
+		}
+		return "tcp", rest, nil
+	}
+	if rest, ok := strings.CutPrefix(base, "unix://"); ok && strings.HasPrefix(rest, "/") {
+		return "unix", rest, nil
+	}
+	return "", "", fmt.Errorf("invalid executor URL %q; expected tcp://HOST:PORT or unix:///path", s)
+}
+
+// muxConn runs yamux over an established channel: a control stream for
+// RPC, and an accept loop for the executor's per-process event streams.
+func muxConn(nc net.Conn, cfg transport.MuxConfig, route func(string, transport.Params, bool)) (*conn, error) {
+	sess, err := transport.MuxClient(nc, cfg)
+	if err != nil {
+		nc.Close()
+		return nil, err
+	}
+	ctl, err := sess.OpenStream()
+	if err != nil {
+		sess.Close()
+		return nil, fmt.Errorf("opening the control stream: %w", err)
+	}
+	rpc := NewRPC(transport.NewMsgpackConn(ctl, 0), nil)
+	go acceptEventStreams(sess, route)
+	go func() {
+		<-rpc.Done()
+		sess.Close()
+	}()
+	go func() {
+		<-sess.CloseChan()
+		rpc.Close()
+	}()
+	return &conn{rpc: rpc, close: func() error { rpc.Close(); return sess.Close() }}, nil
+}
+
+// acceptEventStreams reads each process's event stream on a goroutine of
+// its own, so a consumer that stops reading one process's events holds up
+// only that stream.
+func acceptEventStreams(sess *yamux.Session, route func(string, transport.Params, bool)) {
+	for {
+		st, err := sess.AcceptStream()
+		if err != nil {
+			return
+		}
+		go func() {
+			defer st.Close()
+			mc := transport.NewMsgpackConn(st, 0)
+			hdr, err := mc.ReadMessage(context.Background())
+			if err != nil || hdr.Kind != transport.KindNotification || hdr.Method != protocol.MethodProcessEvents {
+				return
+			}
+			for {
+				m, err := mc.ReadMessage(context.Background())
+				if err != nil {
+					return
+				}
+				if m.Kind == transport.KindNotification {
+					route(m.Method, m.Params, true)
+				}
+			}
+		}()
+	}
+}
+
+// stdioDialer spawns an executor speaking JSON-RPC lite on its stdin and
+// stdout. Closing ends the child's process group: TERM, then KILL after
+// 2 s.
+func stdioDialer(path string) dialFunc {
+	return func(ctx context.Context, route func(string, transport.Params, bool)) (*conn, error) {
+		cmd := exec.Command(path, "executor", "serve", "--listen", "stdio", "--log-level", "error")
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM}
+		cmd.Stderr = os.Stderr
+		stdin, err := cmd.StdinPipe()
+		if err != nil {
+			return nil, err
+		}
+		stdout, err := cmd.StdoutPipe()
+		if err != nil {
+			return nil, err
+		}
+		if err := cmd.Start(); err != nil {
+			return nil, fmt.Errorf("spawning %s: %w", path, err)
+		}
+		exited := make(chan struct{})
+		go func() { cmd.Wait(); close(exited) }()
+		rpc := NewRPC(transport.NewJSONConn(transport.NewLineFrames(stdout, stdin, stdin, 0)), func(m string, p transport.Params) { route(m, p, false) })
+		stop := func() error {
+			rpc.Close()
+			syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM)
+			select {
+			case <-exited:
+			case <-time.After(2 * time.Second):
+				syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+				<-exited
+			}
+			return nil
+		}
+		return &conn{rpc: rpc, close: stop, shared: true}, nil
+	}
+}
+
+var _ io.Closer = (*Remote)(nil)

@@ -1,0 +1,276 @@
+package client
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"sync/atomic"
+
+	"github.com/outpost-exec/outpost/protocol"
+)
+
+// EventBuffer bounds the events buffered per process for Events(). When
+// it is full, the connection (or, on the native transport, that process's
+// stream) stops reading, and the executor slows that process down: output
+// is never dropped to make room.
+const EventBuffer = 1024
+
+// maxReorder bounds the events a process holds while a resumed
+// connection's catch-up reads fill the gap before them.
+const maxReorder = 4096
+
+// EventKind tells events apart.
+type EventKind string
+
+const (
+	EventOutput EventKind = "output"
+	EventExited EventKind = "exited"
+	EventClosed EventKind = "closed"
+	// EventFailed is the last event of a process whose events can no
+	// longer be delivered (the session was lost, or output the client had
+	// not seen was evicted while it was disconnected). Err says why.
+	EventFailed EventKind = "failed"
+)
+
+// Event is one process event, delivered in seq order exactly once.
+type Event struct {
+	Kind     EventKind
+	Seq      uint64
+	Stream   protocol.Stream
+	Data     []byte
+	ExitCode int32
+	Err      error
+}
+
+// ErrOutputLost says output was evicted on the executor before the client
+// could receive it (it was disconnected for too long, or read too slowly
+// while detached).
+type ErrOutputLost struct {
+	ProcessID      string
+	FromSeq, ToSeq uint64
+}
+
+func (e *ErrOutputLost) Error() string {
+	return fmt.Sprintf("process %s: output seq %d..%d was evicted on the executor before it could be received", e.ProcessID, e.FromSeq, e.ToSeq)
+}
+
+// Process is the client-side proxy of a remote process.
+type Process struct {
+	env    *Remote
+	id     string
+	events chan Event
+
+	deliverMu sync.Mutex
+	reorder   *sync.Cond
+	lastSeq   uint64
+	pending   map[uint64]Event
+	finished  bool
+
+	done     chan struct{}
+	exitCode atomic.Int64 // valid after exited
+	exited   atomic.Bool
+	failure  atomic.Pointer[error]
+	writes   atomic.Int64
+}
+
+func newProcess(env *Remote, id string) *Process {
+	p := &Process{env: env, id: id, events: make(chan Event, EventBuffer), pending: map[uint64]Event{}, done: make(chan struct{})}
+	p.reorder = sync.NewCond(&p.deliverMu)
+	return p
+}
+
+// ID is the process id within the session.
+func (p *Process) ID() string { return p.id }
+
+// Events delivers the process's events in seq order, each once; it is
+// closed after EventClosed or EventFailed. Consume it, or call Wait, which
+// does.
+func (p *Process) Events() <-chan Event { return p.events }
+
+// Done is closed once the process has closed or failed.
+func (p *Process) Done() <-chan struct{} { return p.done }
+
+// LastSeq is the seq of the last event delivered.
+func (p *Process) LastSeq() uint64 {
+	p.deliverMu.Lock()
+	defer p.deliverMu.Unlock()
+	return p.lastSeq
+}
+
+// deliver hands ev to Events in seq order: duplicates are dropped, early
+// events wait (bounded) for the gap before them. With block false (a
+// shared connection whose reader must not stall), overflowing the reorder
+// buffer fails the process instead of waiting.
+func (p *Process) deliver(ev Event, block bool) {
+	p.deliverMu.Lock()
+	defer p.deliverMu.Unlock()
+	for !p.finished && ev.Seq > p.lastSeq+1 && len(p.pending) >= maxReorder {
+		if !block {
+			p.failLocked(fmt.Errorf("process %s: too many events arrived out of order while recovering", p.id))
+			return
+		}
+		p.reorder.Wait()
+	}
+	if p.finished || ev.Seq <= p.lastSeq {
+		return
+	}
+	if ev.Seq > p.lastSeq+1 {
+		p.pending[ev.Seq] = ev
+		return
+	}
+	p.emitLocked(ev)
+	for !p.finished {
+		next, ok := p.pending[p.lastSeq+1]
+		if !ok {
+			break
+		}
+		delete(p.pending, next.Seq)
+		p.emitLocked(next)
+	}
+	p.reorder.Broadcast()
+}
+
+func (p *Process) emitLocked(ev Event) {
+	p.lastSeq = ev.Seq
+	if ev.Kind == EventExited {
+		p.exitCode.Store(int64(ev.ExitCode))
+		p.exited.Store(true)
+	}
+	p.events <- ev
+	if ev.Kind == EventClosed {
+		p.finishLocked()
+	}
+}
+
+func (p *Process) finishLocked() {
+	p.finished = true
+	p.pending = nil
+	close(p.events)
+	close(p.done)
+	p.reorder.Broadcast()
+	p.env.forget(p)
+}
+
+// fail ends the process's event stream with an EventFailed.
+func (p *Process) fail(err error) {
+	p.deliverMu.Lock()
+	defer p.deliverMu.Unlock()
+	p.failLocked(err)
+}
+
+func (p *Process) failLocked(err error) {
+	if p.finished {
+		return
+	}
+	p.failure.Store(&err)
+	select {
+	case p.events <- Event{Kind: EventFailed, Seq: p.lastSeq, Err: err}:
+	default:
+		// The consumer is not reading; Wait and Err still report err.
+	}
+	p.finishLocked()
+}
+
+// Err reports why the process failed, or nil.
+func (p *Process) Err() error {
+	if e := p.failure.Load(); e != nil {
+		return *e
+	}
+	return nil
+}
+
+// Result is a finished process's outcome.
+type Result struct {
+	ExitCode int32
+	Stdout   []byte
+	Stderr   []byte // empty for a tty: all its output is in Stdout
+}
+
+// Wait consumes the events until the process closes and returns its
+// output and exit code. A process that failed returns its error.
+func (p *Process) Wait(ctx context.Context) (Result, error) {
+	var out, errb bytes.Buffer
+	var res Result
+	for {
+		select {
+		case ev, ok := <-p.events:
+			if !ok {
+				res.Stdout, res.Stderr = out.Bytes(), errb.Bytes()
+				res.ExitCode = int32(p.exitCode.Load())
+				return res, p.Err()
+			}
+			switch ev.Kind {
+			case EventOutput:
+				if ev.Stream == protocol.StreamStderr {
+					errb.Write(ev.Data)
+				} else {
+					out.Write(ev.Data)
+				}
+			case EventFailed:
+				res.Stdout, res.Stderr = out.Bytes(), errb.Bytes()
+				return res, ev.Err
+			}
+		case <-ctx.Done():
+			return res, ctx.Err()
+		}
+	}
+}
+
+func (p *Process) nextWriteID() string {
+	return p.id + "-w" + strconv.FormatInt(p.writes.Add(1), 10)
+}
+
+// Write writes data to the process's stdin. A write interrupted by a
+// dropped connection is retried after the session resumes; its write id
+// makes the retry harmless.
+func (p *Process) Write(ctx context.Context, data []byte) (protocol.WriteStatus, error) {
+	return p.write(ctx, data, false)
+}
+
+// CloseStdin closes the process's stdin (on a PTY: sends ^D).
+func (p *Process) CloseStdin(ctx context.Context) error {
+	st, err := p.write(ctx, nil, true)
+	if err == nil && st != protocol.WriteAccepted && st != protocol.WriteStdinClosed {
+		err = fmt.Errorf("close stdin: %s", st)
+	}
+	return err
+}
+
+func (p *Process) write(ctx context.Context, data []byte, closeStdin bool) (protocol.WriteStatus, error) {
+	id := p.nextWriteID()
+	var res protocol.WriteResult
+	err := p.env.call(ctx, true, protocol.MethodProcessWrite, protocol.WriteParams{ProcessID: p.id, Chunk: data, WriteID: &id, CloseStdin: closeStdin}, &res)
+	return res.Status, err
+}
+
+// Signal sends sig to the process group.
+func (p *Process) Signal(ctx context.Context, sig protocol.Signal) error {
+	return p.env.call(ctx, false, protocol.MethodProcessSignal, protocol.SignalParams{ProcessID: p.id, Signal: string(sig)}, nil)
+}
+
+// Resize resizes the process's PTY.
+func (p *Process) Resize(ctx context.Context, rows, cols uint16) error {
+	return p.env.call(ctx, true, protocol.MethodProcessResize, protocol.ResizeParams{ProcessID: p.id, Rows: rows, Cols: cols}, nil)
+}
+
+// Terminate stops the process: TERM to its group, KILL after a grace. It
+// reports whether the process was still running.
+func (p *Process) Terminate(ctx context.Context) (bool, error) {
+	var res protocol.TerminateResult
+	err := p.env.call(ctx, false, protocol.MethodProcessTerminate, protocol.TerminateParams{ProcessID: p.id}, &res)
+	return res.Running, err
+}
+
+// Read long-polls the executor's retained output (process/read) without
+// touching the Events stream.
+func (p *Process) Read(ctx context.Context, afterSeq uint64, maxBytes *uint64, waitMs uint64) (protocol.ReadResult, error) {
+	var res protocol.ReadResult
+	err := p.env.call(ctx, true, protocol.MethodProcessRead, protocol.ReadParams{ProcessID: p.id, AfterSeq: &afterSeq, MaxBytes: maxBytes, WaitMs: &waitMs}, &res)
+	return res, err
+}
+
+// errTransport marks a call that failed because the connection dropped.
+var errTransport = errors.New("exec-server transport disconnected")

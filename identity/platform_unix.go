@@ -1,0 +1,50 @@
+//go:build unix
+
+package identity
+
+import (
+	"io/fs"
+	"os"
+	"syscall"
+)
+
+// openNoFollow opens path read-only without following a final symlink and
+// without blocking (should the path have turned into a FIFO).
+func openNoFollow(path string) (*os.File, error) {
+	return os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
+}
+
+// isSymlinkLoop reports whether err is what openNoFollow returns for a
+// symlink.
+func isSymlinkLoop(err error) bool {
+	var errno syscall.Errno
+	if pe, ok := err.(*fs.PathError); ok {
+		errno, _ = pe.Err.(syscall.Errno)
+	}
+	return errno == syscall.ELOOP
+}
+
+// fileOwner returns the owner uid of fi, if the platform has one.
+func fileOwner(fi fs.FileInfo) (uid int, ok bool) {
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok {
+		return 0, false
+	}
+	return int(st.Uid), true
+}
+
+// lockFile takes an exclusive advisory lock on f, serializing writers
+// across processes. The lock is released by the returned function (and
+// when f is closed).
+func lockFile(f *os.File) (unlock func(), err error) {
+	for {
+		err = syscall.Flock(int(f.Fd()), syscall.LOCK_EX)
+		if err != syscall.EINTR {
+			break
+		}
+	}
+	if err != nil {
+		return nil, &fs.PathError{Op: "flock", Path: f.Name(), Err: err}
+	}
+	return func() { _ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN) }, nil
+}
