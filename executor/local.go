@@ -339,8 +339,17 @@ func (p *localProcess) pump(s *outStream) {
 			return true
 		})
 		if n > 0 {
-			data := make([]byte, n)
-			copy(data, buf[:n])
+			// A large read keeps its buffer (no copy; at most 4x its size
+			// in capacity); a small one is copied out so retention is
+			// charged for what it holds.
+			var data []byte
+			if n >= MaxChunkBytes/4 {
+				data = buf[:n:n]
+				buf = make([]byte, MaxChunkBytes)
+			} else {
+				data = make([]byte, n)
+				copy(data, buf[:n])
+			}
 			if _, aerr := p.log.Append(s.label, data); aerr != nil {
 				// Aborted: keep draining so the child is not blocked.
 				io.Copy(io.Discard, s.f)

@@ -12,3 +12,5 @@ else
 fi
 go test ./bench -run '^$' -bench 'StartToExit' -benchtime "${LATENCY_RUNS:-500}x" -count 1
 go test ./bench -run '^$' -bench 'Throughput' -benchtime "${THROUGHPUT_RUNS:-3}x" -count 1
+go test ./bench -run '^$' -bench 'Connect' -benchtime "${CONNECT_RUNS:-200}x" -count 1
+go test ./bench -run '^$' -bench 'Concurrent1000' -benchtime 1x -count 1
