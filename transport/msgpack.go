@@ -38,17 +38,24 @@ import (
 // any msgpack value; structs travel as maps keyed by their msgpack tags,
 // []byte as bin. An error object is a map: protocol.Error's msgpack tags.
 //
+// Any integer width is accepted for kind and id, and any str width for id
+// and method. An error object's data that is valid msgpack but does not
+// decode into an any (a map with integer keys) is kept as a
+// msgpack.RawMessage.
+//
 // A reader rejects, as a *MalformedError, a body that is anything else: a
 // body that is not a 4-element array, bytes after the array, an unknown
-// kind, an id or method of the wrong type, an extension type (0xc1 and
-// 0xd4-0xd8, 0xc7-0xc9: the protocol has no use for them), nesting deeper
-// than msgpackMaxDepth or more than protocol.MaxJSONValues values (the
-// JSON codec's bound, so a small message cannot make a decoder allocate
-// without bound), an array or map that claims more elements than the body
-// has bytes left. A malformed frame costs the connection nothing: framing
-// does not depend on the body, and the next frame is read normally. So
-// does a frame over the limit, whose body is discarded unread. A stream
-// that ends inside a frame is broken: io.ErrUnexpectedEOF.
+// kind, an id or method of the wrong type (an unsigned id over
+// math.MaxInt64 included), an error object that is not a map, an
+// extension type (0xc7-0xc9, 0xd4-0xd8: the protocol has no use for them)
+// or the unused code 0xc1 anywhere, nesting deeper than msgpackMaxDepth or
+// more than protocol.MaxJSONValues values (the JSON codec's bound, so a
+// small message cannot make a decoder allocate without bound), an array,
+// map, str or bin that claims more than the body has left. A malformed
+// frame costs the connection nothing: framing does not depend on the
+// body, and the next frame is read normally. Neither does a frame over the
+// limit, whose body is discarded unread, nor an empty one. A stream that
+// ends inside a frame is broken: io.ErrUnexpectedEOF.
 //
 // Writes put a whole frame, header and body, into one Write call, so
 // concurrent writers never interleave. A writer refuses what a reader
@@ -280,7 +287,7 @@ func ReadFrame(r io.Reader, buf []byte, maxFrame int) ([]byte, error) {
 	return readMsgpackFrame(r, hdr, buf, msgpackFrameLimit(maxFrame))
 }
 
-// readFrame reads the header into hdr (len 4, may share buf's memory) and
+// readMsgpackFrame reads the header into hdr (len 4, may share buf's memory) and
 // the body into buf or new memory.
 func readMsgpackFrame(r io.Reader, hdr []byte, buf []byte, maxFrame int) ([]byte, error) {
 	if _, err := io.ReadFull(r, hdr); err != nil {
@@ -299,7 +306,7 @@ func readMsgpackFrame(r io.Reader, hdr []byte, buf []byte, maxFrame int) ([]byte
 	return readMsgpackBody(r, buf, int(n))
 }
 
-// readBody reads n bytes into buf, or into memory grown with the bytes
+// readMsgpackBody reads n bytes into buf, or into memory grown with the bytes
 // actually received: a peer announcing a large frame and then stalling
 // does not get it allocated up front.
 func readMsgpackBody(r io.Reader, buf []byte, n int) ([]byte, error) {
@@ -324,7 +331,7 @@ func readMsgpackBody(r io.Reader, buf []byte, n int) ([]byte, error) {
 	return b, nil
 }
 
-// noEOF turns an EOF inside a frame into io.ErrUnexpectedEOF.
+// msgpackNoEOF turns an EOF inside a frame into io.ErrUnexpectedEOF.
 func msgpackNoEOF(err error) error {
 	if err == io.EOF {
 		return io.ErrUnexpectedEOF
