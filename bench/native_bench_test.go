@@ -85,5 +85,3 @@ func peakRSS(pid int) int64 {
 	}
 	return 0
 }
-
-
