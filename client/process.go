@@ -69,15 +69,17 @@ type Process struct {
 	pending   map[uint64]Event
 	finished  bool
 
-	done     chan struct{}
-	exitCode atomic.Int64 // valid after exited
+	done      chan struct{}
+	abort     chan struct{} // closed by fail: a blocked delivery gives up
+	abortOnce sync.Once
+	exitCode  atomic.Int64 // valid after exited
 	exited   atomic.Bool
 	failure  atomic.Pointer[error]
 	writes   atomic.Int64
 }
 
 func newProcess(env *Remote, id string) *Process {
-	p := &Process{env: env, id: id, events: make(chan Event, EventBuffer), pending: map[uint64]Event{}, done: make(chan struct{})}
+	p := &Process{env: env, id: id, events: make(chan Event, EventBuffer), pending: map[uint64]Event{}, done: make(chan struct{}), abort: make(chan struct{})}
 	p.reorder = sync.NewCond(&p.deliverMu)
 	return p
 }
@@ -121,28 +123,39 @@ func (p *Process) deliver(ev Event, block bool) {
 		p.pending[ev.Seq] = ev
 		return
 	}
-	p.emitLocked(ev)
+	if !p.emitLocked(ev) {
+		return
+	}
 	for !p.finished {
 		next, ok := p.pending[p.lastSeq+1]
 		if !ok {
 			break
 		}
 		delete(p.pending, next.Seq)
-		p.emitLocked(next)
+		if !p.emitLocked(next) {
+			return
+		}
 	}
 	p.reorder.Broadcast()
 }
 
-func (p *Process) emitLocked(ev Event) {
+// emitLocked hands ev to the consumer, waiting while its buffer is full
+// (backpressure) unless the process fails meanwhile.
+func (p *Process) emitLocked(ev Event) bool {
+	select {
+	case p.events <- ev:
+	case <-p.abort:
+		return false
+	}
 	p.lastSeq = ev.Seq
 	if ev.Kind == EventExited {
 		p.exitCode.Store(int64(ev.ExitCode))
 		p.exited.Store(true)
 	}
-	p.events <- ev
 	if ev.Kind == EventClosed {
 		p.finishLocked()
 	}
+	return true
 }
 
 func (p *Process) finishLocked() {
@@ -154,8 +167,10 @@ func (p *Process) finishLocked() {
 	p.env.forget(p)
 }
 
-// fail ends the process's event stream with an EventFailed.
+// fail ends the process's event stream with an EventFailed. A delivery
+// blocked on a consumer that is not reading is abandoned first.
 func (p *Process) fail(err error) {
+	p.abortOnce.Do(func() { close(p.abort) })
 	p.deliverMu.Lock()
 	defer p.deliverMu.Unlock()
 	p.failLocked(err)
@@ -165,6 +180,7 @@ func (p *Process) failLocked(err error) {
 	if p.finished {
 		return
 	}
+	p.abortOnce.Do(func() { close(p.abort) })
 	p.failure.Store(&err)
 	select {
 	case p.events <- Event{Kind: EventFailed, Seq: p.lastSeq, Err: err}:

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/base64"
 	"errors"
-	"fmt"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -448,19 +447,28 @@ func (c *serverConn) writeMsg(m outMsg) error {
 
 // writeEvent sends one event as its notification.
 func writeEvent(ctx context.Context, mc transport.MessageConn, id string, ev *Event) error {
+	return mc.WriteNotification(ctx, eventMethod(ev.Kind), eventParams(id, ev))
+}
+
+func eventMethod(k EventKind) string {
+	switch k {
+	case EventExited:
+		return protocol.MethodProcessExited
+	case EventClosed:
+		return protocol.MethodProcessClosed
+	}
+	return protocol.MethodProcessOutput
+}
+
+func eventParams(id string, ev *Event) any {
 	switch ev.Kind {
-	case EventOutput:
-		return mc.WriteNotification(ctx, protocol.MethodProcessOutput,
-			&protocol.OutputNotification{ProcessID: id, Seq: ev.Seq, Stream: ev.Stream, Chunk: ev.Data})
 	case EventExited:
 		denied := ev.SandboxDenied
-		return mc.WriteNotification(ctx, protocol.MethodProcessExited,
-			&protocol.ExitedNotification{ProcessID: id, Seq: ev.Seq, ExitCode: ev.ExitCode, SandboxDenied: &denied})
+		return &protocol.ExitedNotification{ProcessID: id, Seq: ev.Seq, ExitCode: ev.ExitCode, SandboxDenied: &denied}
 	case EventClosed:
-		return mc.WriteNotification(ctx, protocol.MethodProcessClosed,
-			&protocol.ClosedNotification{ProcessID: id, Seq: ev.Seq})
+		return &protocol.ClosedNotification{ProcessID: id, Seq: ev.Seq}
 	}
-	return fmt.Errorf("unknown event kind %d", ev.Kind)
+	return &protocol.OutputNotification{ProcessID: id, Seq: ev.Seq, Stream: ev.Stream, Chunk: ev.Data}
 }
 
 // outMsg is a queued reply.

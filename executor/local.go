@@ -43,6 +43,10 @@ func NewLocalBackend() *LocalBackend {
 	}
 }
 
+// pipeBytes is the kernel buffer of each output pipe (Linux default:
+// 64 KiB). Kernel memory per process is bounded by 2 × pipeBytes.
+const pipeBytes = 256 << 10
+
 // Default PTY size.
 const (
 	DefaultRows = 24
@@ -105,6 +109,12 @@ func (b *LocalBackend) Start(ctx context.Context, spec Spec) (Process, error) {
 				closeAll(outputs)
 				return nil, fmt.Errorf("failed to create pipe: %w", err)
 			}
+			// A deeper pipe lets a fast writer run ahead while the pump
+			// is busy (fewer stalls and wake-ups); best effort.
+			control(r, func(fd int) error {
+				_, err := unix.FcntlInt(uintptr(fd), unix.F_SETPIPE_SZ, pipeBytes)
+				return err
+			})
 			outputs = append(outputs, r)
 			childEnds = append(childEnds, w)
 		}

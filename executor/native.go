@@ -325,6 +325,7 @@ func (s *streamLanes) run(ctx context.Context, sessionID, id string, sub *Subscr
 	s.mu.Unlock()
 	defer st.Close()
 	mc := transport.NewMsgpackConn(st, 0)
+	var batch []transport.Notification
 	if err := mc.WriteNotification(ctx, protocol.MethodProcessEvents, &protocol.EventsStreamHeader{SessionID: sessionID, ProcessID: id}); err != nil {
 		return
 	}
@@ -334,8 +335,12 @@ func (s *streamLanes) run(ctx context.Context, sessionID, id string, sub *Subscr
 			s.log.Warn("pushed output was evicted before it could be sent; readers see a gap",
 				zap.String("process", id), zap.Uint64("fromSeq", gap.FromSeq), zap.Uint64("toSeq", gap.ToSeq))
 		}
-		for i := range events {
-			if err := writeEvent(ctx, mc, id, &events[i]); err != nil {
+		if len(events) > 0 {
+			batch = batch[:0]
+			for i := range events {
+				batch = append(batch, transport.Notification{Method: eventMethod(events[i].Kind), Params: eventParams(id, &events[i])})
+			}
+			if err := mc.WriteNotifications(ctx, batch); err != nil {
 				return
 			}
 		}

@@ -177,11 +177,35 @@ func (c *MsgpackConn) WriteRequest(ctx context.Context, id ID, method string, pa
 func (c *MsgpackConn) Close() error { return c.rw.Close() }
 
 func (c *MsgpackConn) write(ctx context.Context, kind uint8, id ID, method string, payload any) error {
+	return c.writeFrames(ctx, func(add func(kind uint8, id ID, method string, payload any) error) error {
+		return add(kind, id, method, payload)
+	})
+}
+
+// Notification is one message for WriteNotifications.
+type Notification struct {
+	Method string
+	Params any
+}
+
+// WriteNotifications writes several notifications with a single Write
+// call, so a burst of small events costs one stream write, not many.
+func (c *MsgpackConn) WriteNotifications(ctx context.Context, ns []Notification) error {
+	return c.writeFrames(ctx, func(add func(kind uint8, id ID, method string, payload any) error) error {
+		for _, n := range ns {
+			if err := add(msgpackKindNotification, ID{}, n.Method, n.Params); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// writeFrames encodes the frames fill adds into the write buffer and sends
+// them with one Write.
+func (c *MsgpackConn) writeFrames(ctx context.Context, fill func(add func(kind uint8, id ID, method string, payload any) error) error) error {
 	if err := ctx.Err(); err != nil {
 		return err
-	}
-	if (kind == msgpackKindRequest || kind == msgpackKindNotification) && method == "" {
-		return errors.New("msgpack: method must not be empty")
 	}
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
@@ -189,33 +213,43 @@ func (c *MsgpackConn) write(ctx context.Context, kind uint8, id ID, method strin
 		return c.werr
 	}
 	defer func() {
-		if c.wbuf.Cap() > msgpackShrinkAbove {
+		if c.wbuf.Cap() > msgpackShrinkAbove*4 {
 			c.wbuf = bytes.Buffer{} // the encoder holds &c.wbuf, which stays valid
 		}
 	}()
 	c.wbuf.Reset()
-	c.wbuf.Write(make([]byte, msgpackHeaderLen)) // the length, filled in below
-	if err := encodeMsgpackBody(c.enc, kind, id, method, payload); err != nil {
-		return fmt.Errorf("msgpack: encoding %s: %w", msgpackKindName(kind), err)
-	}
-	frame := c.wbuf.Bytes()
-	// Hold the body to the reader's rules, so a frame this writes is never
-	// malformed to the peer: a RawMessage payload is written verbatim, and
-	// time.Time would become an extension type. The scan skips strings and
-	// bins in O(1), so output chunks cost nothing here.
-	budget := msgpackMaxValues
-	if end, err := scanMsgpack(frame[msgpackHeaderLen:], &budget); err != nil || end != len(frame)-msgpackHeaderLen {
-		if err == nil {
-			err = errors.New("a payload holds more than one msgpack value")
+	add := func(kind uint8, id ID, method string, payload any) error {
+		if (kind == msgpackKindRequest || kind == msgpackKindNotification) && method == "" {
+			return errors.New("msgpack: method must not be empty")
 		}
-		return fmt.Errorf("msgpack: encoding %s: %w", msgpackKindName(kind), err)
+		start := c.wbuf.Len()
+		c.wbuf.Write(make([]byte, msgpackHeaderLen)) // the length, filled in below
+		if err := encodeMsgpackBody(c.enc, kind, id, method, payload); err != nil {
+			return fmt.Errorf("msgpack: encoding %s: %w", msgpackKindName(kind), err)
+		}
+		frame := c.wbuf.Bytes()[start:]
+		// Hold the body to the reader's rules, so a frame this writes is
+		// never malformed to the peer: a RawMessage payload is written
+		// verbatim, and time.Time would become an extension type. The scan
+		// skips strings and bins in O(1), so output chunks cost nothing.
+		budget := msgpackMaxValues
+		if end, err := scanMsgpack(frame[msgpackHeaderLen:], &budget); err != nil || end != len(frame)-msgpackHeaderLen {
+			if err == nil {
+				err = errors.New("a payload holds more than one msgpack value")
+			}
+			return fmt.Errorf("msgpack: encoding %s: %w", msgpackKindName(kind), err)
+		}
+		n := len(frame) - msgpackHeaderLen
+		if n > c.maxFrame {
+			return fmt.Errorf("outbound msgpack %s of %d bytes: %w (limit %d bytes)", msgpackKindName(kind), n, ErrMessageTooLarge, c.maxFrame)
+		}
+		binary.BigEndian.PutUint32(frame, uint32(n))
+		return nil
 	}
-	n := len(frame) - msgpackHeaderLen
-	if n > c.maxFrame {
-		return fmt.Errorf("outbound msgpack %s of %d bytes: %w (limit %d bytes)", msgpackKindName(kind), n, ErrMessageTooLarge, c.maxFrame)
+	if err := fill(add); err != nil {
+		return err
 	}
-	binary.BigEndian.PutUint32(frame, uint32(n))
-	if _, err := c.rw.Write(frame); err != nil {
+	if _, err := c.rw.Write(c.wbuf.Bytes()); err != nil {
 		c.werr = fmt.Errorf("msgpack: earlier write failed: %w", err)
 		return err
 	}
@@ -453,6 +487,9 @@ func (p msgpackParams) Absent() bool { return len(p) == 0 }
 
 func (p msgpackParams) Decode(v any) (err error) {
 	if p.Absent() {
+		return nil
+	}
+	if out, ok := v.(*protocol.OutputNotification); ok && decodeOutputMsgpack(p, out) {
 		return nil
 	}
 	// Not msgpack.Unmarshal: it turns on UsePreallocateValues, which

@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime/pprof"
 	"strings"
 	"syscall"
 	"time"
@@ -37,6 +38,17 @@ Run "outpost <command> -h" for a command's flags.
 `
 
 func main() {
+	// OUTPOST_CPUPROFILE=FILE writes a CPU profile of the whole run, for
+	// finding where a benchmark's time goes.
+	if path := os.Getenv("OUTPOST_CPUPROFILE"); path != "" {
+		if f, err := os.Create(path); err == nil {
+			pprof.StartCPUProfile(f)
+			code := run(os.Args[1:], os.Stdout, os.Stderr)
+			pprof.StopCPUProfile()
+			f.Close()
+			os.Exit(code)
+		}
+	}
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
 
