@@ -73,9 +73,9 @@ type Process struct {
 	abort     chan struct{} // closed by fail: a blocked delivery gives up
 	abortOnce sync.Once
 	exitCode  atomic.Int64 // valid after exited
-	exited   atomic.Bool
-	failure  atomic.Pointer[error]
-	writes   atomic.Int64
+	exited    atomic.Bool
+	failure   atomic.Pointer[error]
+	writes    atomic.Int64
 }
 
 func newProcess(env *Remote, id string) *Process {
