@@ -65,27 +65,16 @@ func decodeOutputFast(frame []byte) (*Message, bool) {
 		return nil, false
 	}
 	b64, ok := bytes.CutSuffix(rest, outputSuffix)
-	if !ok || !plainBase64(b64) {
+	if !ok {
 		return nil, false
 	}
 	chunk := make([]byte, base64.StdEncoding.DecodedLen(len(b64)))
-	n, err := base64.StdEncoding.Decode(chunk, b64)
-	if err != nil {
+	n, ok := decodeBase64(chunk, b64)
+	if !ok {
 		return nil, false
 	}
 	n0 := &protocol.OutputNotification{ProcessID: string(pid), Seq: seq, Stream: stream, Chunk: chunk[:n]}
 	return &Message{Kind: KindNotification, Method: protocol.MethodProcessOutput, Params: outputParams{n: n0}}, true
-}
-
-// plainBase64 accepts only the standard alphabet and padding: Go's
-// decoder skips CR and LF, which JSON forbids raw inside a string.
-func plainBase64(b []byte) bool {
-	for _, c := range b {
-		if !(c >= 'A' && c <= 'Z' || c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '+' || c == '/' || c == '=') {
-			return false
-		}
-	}
-	return true
 }
 
 // validPlainString accepts bytes that JSON allows unescaped in a string

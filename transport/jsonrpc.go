@@ -327,11 +327,10 @@ func appendOutputNotification(b *bytes.Buffer, n *protocol.OutputNotification) {
 	b.WriteString(`,"stream":"`)
 	b.WriteString(string(n.Stream))
 	b.WriteString(`","chunk":"`)
-	enc := base64.StdEncoding
-	size := enc.EncodedLen(len(n.Chunk))
+	size := base64.StdEncoding.EncodedLen(len(n.Chunk))
 	b.Grow(size + 3)
 	buf := b.AvailableBuffer()[:size]
-	enc.Encode(buf, n.Chunk)
+	encodeBase64(buf, n.Chunk)
 	b.Write(buf)
 	b.WriteString(`"}}`)
 }
