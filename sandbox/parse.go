@@ -1,0 +1,67 @@
+package sandbox
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+)
+
+// MaxPolicyBytes bounds an encoded policy.
+const MaxPolicyBytes = 64 << 10
+
+// MaxPolicyEntries bounds a policy's entries and roots.
+const MaxPolicyEntries = 1024
+
+// policyJSON is a policy on the wire (the sandbox field of process/start):
+//
+//	{"mode": "workspace-write", "network": false,
+//	 "writableRoots": ["/srv/cache"], "protectedNames": [".git"],
+//	 "entries": [{"path": ":root", "access": "read"}, ...]}
+type policyJSON struct {
+	Mode           string   `json:"mode"`
+	Network        bool     `json:"network"`
+	WritableRoots  []string `json:"writableRoots"`
+	ProtectedNames []string `json:"protectedNames"`
+	Entries        []struct {
+		Path   string `json:"path"`
+		Access string `json:"access"`
+	} `json:"entries"`
+}
+
+// ParsePolicy decodes and validates a policy.
+func ParsePolicy(data []byte) (Policy, error) {
+	if len(data) > MaxPolicyBytes {
+		return Policy{}, fmt.Errorf("sandbox policy of %d bytes exceeds %d", len(data), MaxPolicyBytes)
+	}
+	var pj policyJSON
+	dec := json.NewDecoder(bytes.NewReader(data))
+	if err := dec.Decode(&pj); err != nil {
+		return Policy{}, fmt.Errorf("sandbox policy: %w", err)
+	}
+	if dec.More() {
+		return Policy{}, errors.New("sandbox policy: trailing data")
+	}
+	if len(pj.Entries) > MaxPolicyEntries || len(pj.WritableRoots) > MaxPolicyEntries || len(pj.ProtectedNames) > MaxPolicyEntries {
+		return Policy{}, fmt.Errorf("sandbox policy: more than %d entries", MaxPolicyEntries)
+	}
+	p := Policy{Network: pj.Network, WritableRoots: pj.WritableRoots, ProtectedNames: pj.ProtectedNames}
+	if pj.Mode != "" || len(pj.Entries) == 0 {
+		m, err := ParseMode(pj.Mode)
+		if err != nil {
+			return Policy{}, fmt.Errorf("sandbox policy: %w", err)
+		}
+		p.Mode = m
+	}
+	for i, e := range pj.Entries {
+		a, err := ParseAccess(e.Access)
+		if err != nil {
+			return Policy{}, fmt.Errorf("sandbox policy: entries[%d]: %w", i, err)
+		}
+		p.Entries = append(p.Entries, Entry{Path: e.Path, Access: a})
+	}
+	if err := p.Validate(); err != nil {
+		return Policy{}, fmt.Errorf("sandbox policy: %w", err)
+	}
+	return p, nil
+}

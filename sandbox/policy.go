@@ -1,0 +1,369 @@
+// Package sandbox decides and enforces what a command may touch.
+//
+// The policy model (this file) follows codex's: three modes (read-only,
+// workspace-write, full-access) plus network on or off, extra writable
+// roots, protected sub-paths inside writable roots, and the split entry
+// model — a list of path → read | write | none entries where the most
+// specific prefix wins and, among equally specific entries, none beats
+// write beats read. A Policy names paths symbolically (":root", ":cwd",
+// ":tmpdir", ":project_roots", ":slash_tmp"); Resolve materialises them on
+// the executor into absolute paths.
+//
+// Enforcement on Linux (landlock_linux.go, seccomp_linux.go) happens in a
+// helper the executor re-executes; a policy this machine cannot enforce is
+// an error, never a silent unsandboxed run.
+package sandbox
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+)
+
+// Mode is a coarse sandbox mode.
+type Mode string
+
+const (
+	ModeReadOnly       Mode = "read-only"
+	ModeWorkspaceWrite Mode = "workspace-write"
+	ModeFullAccess     Mode = "full-access"
+)
+
+// ParseMode accepts a mode name (and codex's "danger-full-access").
+func ParseMode(s string) (Mode, error) {
+	switch Mode(s) {
+	case ModeReadOnly, ModeWorkspaceWrite, ModeFullAccess:
+		return Mode(s), nil
+	case "danger-full-access":
+		return ModeFullAccess, nil
+	}
+	return "", fmt.Errorf("unknown sandbox mode %q (want read-only, workspace-write or full-access)", s)
+}
+
+// Access is what an entry grants.
+type Access string
+
+const (
+	AccessNone  Access = "none"
+	AccessRead  Access = "read"
+	AccessWrite Access = "write"
+)
+
+// ParseAccess accepts read, write, none (and codex's alias deny).
+func ParseAccess(s string) (Access, error) {
+	switch s {
+	case "read", "write", "none":
+		return Access(s), nil
+	case "deny":
+		return AccessNone, nil
+	}
+	return "", fmt.Errorf("unknown access %q (want read, write or none)", s)
+}
+
+// rank orders accesses for tie-breaking: none > write > read.
+func (a Access) rank() int {
+	switch a {
+	case AccessNone:
+		return 3
+	case AccessWrite:
+		return 2
+	case AccessRead:
+		return 1
+	}
+	return 0
+}
+
+// Path symbols materialised on the executor.
+const (
+	SymRoot         = ":root"
+	SymCwd          = ":cwd"
+	SymTmpdir       = ":tmpdir"
+	SymSlashTmp     = ":slash_tmp"
+	SymProjectRoots = ":project_roots"
+)
+
+// DefaultProtectedNames stay read-only inside every writable root.
+var DefaultProtectedNames = []string{".git", ".outpost", ".agents", ".codex"}
+
+// Entry grants access to a path (absolute, or a symbol).
+type Entry struct {
+	Path   string
+	Access Access
+}
+
+// Policy is a sandbox policy as a client states it.
+type Policy struct {
+	Mode    Mode
+	Network bool
+	// WritableRoots are extra writable paths for workspace-write.
+	WritableRoots []string
+	// ProtectedNames overrides DefaultProtectedNames when non-nil.
+	ProtectedNames []string
+	// Entries, when non-empty, replace the entries Mode implies.
+	Entries []Entry
+}
+
+// Validate reports the first invalid field.
+func (p Policy) Validate() error {
+	if _, err := ParseMode(string(p.Mode)); err != nil && len(p.Entries) == 0 {
+		return err
+	}
+	for i, e := range p.Entries {
+		if _, err := ParseAccess(string(e.Access)); err != nil {
+			return fmt.Errorf("entries[%d]: %w", i, err)
+		}
+		if !isSymbol(e.Path) && !filepath.IsAbs(e.Path) {
+			return fmt.Errorf("entries[%d]: path %q is neither absolute nor a symbol", i, e.Path)
+		}
+	}
+	for i, r := range p.WritableRoots {
+		if !isSymbol(r) && !filepath.IsAbs(r) {
+			return fmt.Errorf("writableRoots[%d]: %q is not absolute", i, r)
+		}
+	}
+	for _, n := range p.ProtectedNames {
+		if n == "" || strings.ContainsRune(n, '/') || n == "." || n == ".." {
+			return fmt.Errorf("protected name %q must be a single path element", n)
+		}
+	}
+	return nil
+}
+
+func isSymbol(s string) bool {
+	switch s {
+	case SymRoot, SymCwd, SymTmpdir, SymSlashTmp, SymProjectRoots:
+		return true
+	}
+	return false
+}
+
+// entries returns the policy's entries, deriving them from Mode when none
+// are given.
+func (p Policy) entries() []Entry {
+	if len(p.Entries) > 0 {
+		return p.Entries
+	}
+	switch p.Mode {
+	case ModeFullAccess:
+		return []Entry{{SymRoot, AccessWrite}}
+	case ModeWorkspaceWrite:
+		es := []Entry{{SymRoot, AccessRead}, {SymCwd, AccessWrite}, {SymProjectRoots, AccessWrite}, {SymTmpdir, AccessWrite}, {SymSlashTmp, AccessWrite}}
+		for _, r := range p.WritableRoots {
+			es = append(es, Entry{r, AccessWrite})
+		}
+		return es
+	}
+	return []Entry{{SymRoot, AccessRead}}
+}
+
+// Resolved is a policy materialised on the executor: absolute paths only.
+type Resolved struct {
+	Network bool
+	Entries []Entry // absolute paths, symlinks of existing prefixes resolved
+	// Protected lists read-only carve-outs inside writable entries.
+	Protected []string
+}
+
+// Env is what Resolve needs from the executor.
+type Env struct {
+	Cwd          string   // absolute
+	ProjectRoots []string // absolute; default [Cwd]
+	TempDir      string   // default os.TempDir()
+	// Translate maps a client path to a native one (pathmap); nil keeps
+	// the path as it is.
+	Translate func(string) (string, error)
+}
+
+// ErrNotAbsolute rejects a relative path in a policy.
+var ErrNotAbsolute = errors.New("sandbox: path is not absolute")
+
+// Resolve materialises the policy's symbols and protected sub-paths.
+func (p Policy) Resolve(env Env) (Resolved, error) {
+	if err := p.Validate(); err != nil {
+		return Resolved{}, err
+	}
+	if !filepath.IsAbs(env.Cwd) {
+		return Resolved{}, fmt.Errorf("%w: cwd %q", ErrNotAbsolute, env.Cwd)
+	}
+	roots := env.ProjectRoots
+	if len(roots) == 0 {
+		roots = []string{env.Cwd}
+	}
+	tmp := env.TempDir
+	if tmp == "" {
+		tmp = os.TempDir()
+	}
+	expand := func(path string) ([]string, error) {
+		switch path {
+		case SymRoot:
+			return []string{"/"}, nil
+		case SymCwd:
+			return []string{env.Cwd}, nil
+		case SymTmpdir:
+			return []string{tmp}, nil
+		case SymSlashTmp:
+			if fi, err := os.Stat("/tmp"); err == nil && fi.IsDir() {
+				return []string{"/tmp"}, nil
+			}
+			return nil, nil
+		case SymProjectRoots:
+			return roots, nil
+		}
+		if env.Translate != nil {
+			t, err := env.Translate(path)
+			if err != nil {
+				return nil, err
+			}
+			return []string{t}, nil
+		}
+		return []string{path}, nil
+	}
+	var r Resolved
+	r.Network = p.Network || p.Mode == ModeFullAccess && len(p.Entries) == 0
+	seen := map[Entry]bool{}
+	for _, e := range p.entries() {
+		paths, err := expand(e.Path)
+		if err != nil {
+			return Resolved{}, err
+		}
+		for _, path := range paths {
+			re := Entry{Path: canonical(path), Access: e.Access}
+			if !seen[re] {
+				seen[re] = true
+				r.Entries = append(r.Entries, re)
+			}
+		}
+	}
+	names := p.ProtectedNames
+	if names == nil {
+		names = DefaultProtectedNames
+	}
+	if p.Mode != ModeFullAccess || len(p.Entries) > 0 {
+		r.Protected = protectedSubpaths(r.Entries, names)
+		for _, prot := range r.Protected {
+			re := Entry{Path: prot, Access: AccessRead}
+			if !seen[re] {
+				seen[re] = true
+				r.Entries = append(r.Entries, re)
+			}
+		}
+	}
+	return r, nil
+}
+
+// canonical cleans path and resolves symlinks in its longest existing
+// prefix, so rules match the paths the kernel will see.
+func canonical(path string) string {
+	path = filepath.Clean(path)
+	existing, rest := path, ""
+	for {
+		if resolved, err := filepath.EvalSymlinks(existing); err == nil {
+			if rest == "" {
+				return resolved
+			}
+			return filepath.Join(resolved, rest)
+		}
+		parent := filepath.Dir(existing)
+		if parent == existing {
+			return path
+		}
+		rest = filepath.Join(filepath.Base(existing), rest)
+		existing = parent
+	}
+}
+
+// protectedSubpaths lists the protected names that exist inside writable
+// entries, following a .git file's "gitdir:" to protect the real git
+// directory too.
+func protectedSubpaths(entries []Entry, names []string) []string {
+	var out []string
+	seen := map[string]bool{}
+	add := func(p string) {
+		if !seen[p] {
+			seen[p] = true
+			out = append(out, p)
+		}
+	}
+	for _, e := range entries {
+		if e.Access != AccessWrite {
+			continue
+		}
+		for _, name := range names {
+			p := filepath.Join(e.Path, name)
+			fi, err := os.Lstat(p)
+			if err != nil {
+				continue
+			}
+			add(canonical(p))
+			if name == ".git" && fi.Mode().IsRegular() {
+				if gd := gitdirOf(p); gd != "" {
+					add(gd)
+				}
+			}
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// gitdirOf reads a .git file ("gitdir: <path>", relative to its
+// directory) and returns the git directory if it exists.
+func gitdirOf(dotGit string) string {
+	b, err := os.ReadFile(dotGit)
+	if err != nil || len(b) > 4096 {
+		return ""
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	dir, ok := strings.CutPrefix(strings.TrimSpace(line), "gitdir:")
+	if !ok {
+		return ""
+	}
+	dir = strings.TrimSpace(dir)
+	if !filepath.IsAbs(dir) {
+		dir = filepath.Join(filepath.Dir(dotGit), dir)
+	}
+	if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
+		return ""
+	}
+	return canonical(dir)
+}
+
+// Access returns the access the resolved policy grants to path: the most
+// specific entry whose path contains it wins; among equally specific
+// entries none beats write beats read; no entry means none.
+func (r Resolved) Access(path string) Access {
+	path = canonical(path)
+	best, bestLen := AccessNone, -1
+	for _, e := range r.Entries {
+		if !within(e.Path, path) {
+			continue
+		}
+		l := len(e.Path)
+		if l > bestLen || l == bestLen && e.Access.rank() > best.rank() {
+			best, bestLen = e.Access, l
+		}
+	}
+	return best
+}
+
+// FullWrite reports whether the policy leaves the whole filesystem
+// writable (nothing to enforce on the filesystem).
+func (r Resolved) FullWrite() bool {
+	for _, e := range r.Entries {
+		if e.Path != "/" && e.Access != AccessWrite {
+			return false
+		}
+	}
+	return r.Access("/") == AccessWrite
+}
+
+// within reports whether path is root or inside it.
+func within(root, path string) bool {
+	if root == "/" {
+		return strings.HasPrefix(path, "/")
+	}
+	return path == root || strings.HasPrefix(path, root+"/")
+}

@@ -1,0 +1,165 @@
+package sandbox
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+func resolve(t *testing.T, p Policy, cwd string) Resolved {
+	t.Helper()
+	r, err := p.Resolve(Env{Cwd: cwd, TempDir: filepath.Join(cwd, "tmp")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+func TestReadOnlyPolicyGrantsReadEverywhereAndWriteNowhere(t *testing.T) {
+	cwd := t.TempDir()
+	r := resolve(t, Policy{Mode: ModeReadOnly}, cwd)
+	for _, p := range []string{"/", "/etc/passwd", cwd, filepath.Join(cwd, "x")} {
+		if got := r.Access(p); got != AccessRead {
+			t.Errorf("%s: %s", p, got)
+		}
+	}
+	if r.Network {
+		t.Error("read-only enabled the network")
+	}
+}
+
+func TestWorkspaceWriteProtectsGitAndOutpostInsideWritableRoots(t *testing.T) {
+	cwd := t.TempDir()
+	os.Mkdir(filepath.Join(cwd, ".git"), 0o755)
+	os.Mkdir(filepath.Join(cwd, ".outpost"), 0o755)
+	r := resolve(t, Policy{Mode: ModeWorkspaceWrite}, cwd)
+	cases := map[string]Access{
+		filepath.Join(cwd, "src/main.go"):    AccessWrite,
+		filepath.Join(cwd, ".git/config"):    AccessRead,
+		filepath.Join(cwd, ".outpost/x"):     AccessRead,
+		filepath.Join(cwd, ".gitignore"):     AccessWrite, // a sibling, not the protected dir
+		"/etc/hosts":                         AccessRead,
+		filepath.Join(cwd, "tmp", "scratch"): AccessWrite,
+	}
+	for p, want := range cases {
+		if got := r.Access(p); got != want {
+			t.Errorf("%s: %s, want %s", p, got, want)
+		}
+	}
+}
+
+func TestGitdirFileProtectsTheRealGitDirectory(t *testing.T) {
+	cwd := t.TempDir()
+	real := filepath.Join(t.TempDir(), "worktrees", "w1")
+	os.MkdirAll(real, 0o755)
+	os.WriteFile(filepath.Join(cwd, ".git"), []byte("gitdir: "+real+"\n"), 0o644)
+	p := Policy{Mode: ModeWorkspaceWrite, WritableRoots: []string{filepath.Dir(filepath.Dir(real))}}
+	r := resolve(t, p, cwd)
+	if got := r.Access(filepath.Join(real, "HEAD")); got != AccessRead {
+		t.Fatalf("the gitdir behind a .git file is %s, want read", got)
+	}
+	if got := r.Access(filepath.Join(cwd, ".git")); got != AccessRead {
+		t.Fatalf(".git file is %s", got)
+	}
+}
+
+func TestMostSpecificEntryWinsAndNoneBeatsWriteBeatsRead(t *testing.T) {
+	cwd := t.TempDir()
+	p := Policy{Entries: []Entry{
+		{SymRoot, AccessRead},
+		{"/srv", AccessWrite},
+		{"/srv/secret", AccessNone},
+		{"/data", AccessRead},
+		{"/data", AccessWrite},
+		{"/both", AccessWrite},
+		{"/both", AccessNone},
+	}}
+	r := resolve(t, p, cwd)
+	cases := map[string]Access{
+		"/srv/app":        AccessWrite,
+		"/srv/secret/key": AccessNone,
+		"/srv/secretary":  AccessWrite, // component boundary
+		"/data/x":         AccessWrite,
+		"/both/x":         AccessNone,
+		"/usr/bin":        AccessRead,
+	}
+	for path, want := range cases {
+		if got := r.Access(path); got != want {
+			t.Errorf("%s: %s, want %s", path, got, want)
+		}
+	}
+	if (Resolved{Entries: []Entry{{"/a", AccessWrite}}}).Access("/b") != AccessNone {
+		t.Error("no matching entry must mean none")
+	}
+}
+
+func TestSymlinkedRootsResolveToWhatTheKernelSees(t *testing.T) {
+	dir := t.TempDir()
+	real := filepath.Join(dir, "real")
+	os.Mkdir(real, 0o755)
+	link := filepath.Join(dir, "link")
+	os.Symlink(real, link)
+	r := resolve(t, Policy{Entries: []Entry{{link, AccessWrite}}}, dir)
+	if got := r.Access(filepath.Join(real, "f")); got != AccessWrite {
+		t.Fatalf("path under the symlink's target: %s", got)
+	}
+}
+
+func TestFullAccessIsFullWriteWithNetwork(t *testing.T) {
+	r := resolve(t, Policy{Mode: ModeFullAccess}, t.TempDir())
+	if !r.FullWrite() || !r.Network {
+		t.Fatalf("%+v", r)
+	}
+	if resolve(t, Policy{Mode: ModeWorkspaceWrite}, t.TempDir()).FullWrite() {
+		t.Fatal("workspace-write reported full write")
+	}
+}
+
+func TestParsePolicyRejectsNonsense(t *testing.T) {
+	for _, bad := range []string{
+		`{"mode":"yolo"}`,
+		`{"entries":[{"path":"relative","access":"read"}]}`,
+		`{"entries":[{"path":"/x","access":"maybe"}]}`,
+		`{"mode":"read-only","protectedNames":["a/b"]}`,
+		`{"mode":"workspace-write","writableRoots":["rel"]}`,
+		`{"mode":"read-only"} {}`,
+		`not json`,
+	} {
+		if _, err := ParsePolicy([]byte(bad)); err == nil {
+			t.Errorf("%s accepted", bad)
+		}
+	}
+	p, err := ParsePolicy([]byte(`{"mode":"danger-full-access","network":true}`))
+	if err != nil || p.Mode != ModeFullAccess || !p.Network {
+		t.Fatalf("%+v %v", p, err)
+	}
+	p, err = ParsePolicy([]byte(`{"entries":[{"path":":root","access":"read"},{"path":"/w","access":"deny"}]}`))
+	if err != nil || len(p.Entries) != 2 || p.Entries[1].Access != AccessNone {
+		t.Fatalf("%+v %v", p, err)
+	}
+}
+
+func FuzzParsePolicy(f *testing.F) {
+	for _, s := range []string{`{"mode":"workspace-write","writableRoots":["/srv"]}`, `{"entries":[{"path":":root","access":"read"}]}`, `{"mode":"read-only","network":true}`, `{}`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		p, err := ParsePolicy(data)
+		if err != nil {
+			return
+		}
+		if err := p.Validate(); err != nil {
+			t.Fatalf("accepted an invalid policy: %v", err)
+		}
+		r, err := p.Resolve(Env{Cwd: "/nonexistent-cwd"})
+		if err != nil {
+			return
+		}
+		for _, e := range r.Entries {
+			if e.Path == "" || e.Path[0] != '/' {
+				t.Fatalf("resolved a non-absolute path %q", e.Path)
+			}
+		}
+		r.Access("/x/y")
+	})
+}
