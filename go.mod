@@ -13,7 +13,9 @@ require (
 )
 
 require (
+	github.com/landlock-lsm/go-landlock v0.11.2
 	github.com/vmihailenco/tagparser/v2 v2.0.0 // indirect
 	go.uber.org/multierr v1.10.0 // indirect
 	golang.org/x/crypto v0.59.0 // indirect
+	kernel.org/pub/linux/libs/security/libcap/psx v1.2.78 // indirect
 )

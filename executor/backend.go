@@ -26,6 +26,13 @@ type Spec struct {
 	PipeStdin bool
 	Rows      uint16 // PTY size; 0 = 24
 	Cols      uint16 // 0 = 80
+
+	// Sandboxed runs are prepared by the sandbox package: Path is the
+	// helper binary (no PATH lookup), UserNamespace asks for a user and
+	// mount namespace, and a failing run's output is checked for denials.
+	Path          string
+	Sandboxed     bool
+	UserNamespace bool
 }
 
 // Process is a started process. All methods are safe for concurrent use.

@@ -1,6 +1,7 @@
 package executor
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"sort"
@@ -262,6 +263,23 @@ func runAll(fs []func()) {
 
 // Closed is closed once the close event is logged.
 func (l *EventLog) Closed() <-chan struct{} { return l.closedCh }
+
+// RetainedOutputContains reports whether any retained chunk contains one
+// of markers, case-insensitively (used to classify sandbox denials; the
+// output itself is kept as it is).
+func (l *EventLog) RetainedOutputContains(markers ...string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, c := range l.chunks[l.head:] {
+		low := bytes.ToLower(c.Data)
+		for _, m := range markers {
+			if bytes.Contains(low, []byte(m)) {
+				return true
+			}
+		}
+	}
+	return false
+}
 
 // Snapshot is the log's state at one instant.
 type Snapshot struct {

@@ -18,6 +18,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/outpost-exec/outpost/protocol"
+	"github.com/outpost-exec/outpost/sandbox"
 )
 
 // LocalBackend runs real child processes on this machine, each in its own
@@ -58,9 +59,12 @@ func (b *LocalBackend) Start(ctx context.Context, spec Spec) (Process, error) {
 	if len(spec.Argv) == 0 {
 		return nil, errors.New("argv must not be empty")
 	}
-	path, err := lookPath(spec.Argv[0], spec.Env, spec.Dir)
-	if err != nil {
-		return nil, err
+	path := spec.Path
+	if path == "" {
+		var err error
+		if path, err = lookPath(spec.Argv[0], spec.Env, spec.Dir); err != nil {
+			return nil, err
+		}
 	}
 	args := append([]string(nil), spec.Argv...)
 	if spec.Arg0 != "" {
@@ -68,10 +72,11 @@ func (b *LocalBackend) Start(ctx context.Context, spec Spec) (Process, error) {
 	}
 	cmd := &exec.Cmd{Path: path, Args: args, Env: spec.Env, Dir: spec.Dir}
 	p := &localProcess{
-		cmd:    cmd,
-		grace:  b.TerminateGrace,
-		tty:    spec.Tty,
-		exited: make(chan struct{}),
+		sandboxed: spec.Sandboxed,
+		cmd:       cmd,
+		grace:     b.TerminateGrace,
+		tty:       spec.Tty,
+		exited:    make(chan struct{}),
 	}
 	if p.grace <= 0 {
 		p.grace = 2 * time.Second
@@ -98,11 +103,17 @@ func (b *LocalBackend) Start(ctx context.Context, spec Spec) (Process, error) {
 		childEnds = append(childEnds, tty)
 		cmd.Stdin, cmd.Stdout, cmd.Stderr = tty, tty, tty
 		cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0, Pdeathsig: syscall.SIGKILL}
+		if spec.UserNamespace {
+			sandbox.UserNamespaceAttr(cmd.SysProcAttr)
+		}
 		p.ptmx = ptmx
 		outputs = append(outputs, ptmx)
 		p.stdin = newStdinQueue(ptmx, b.StdinQueueWrites, b.StdinQueueBytes, true)
 	} else {
 		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+		if spec.UserNamespace {
+			sandbox.UserNamespaceAttr(cmd.SysProcAttr)
+		}
 		for range 2 {
 			r, w, err := os.Pipe()
 			if err != nil {
@@ -263,14 +274,15 @@ func checkExecutable(p string) error {
 }
 
 type localProcess struct {
-	cmd   *exec.Cmd
-	log   *EventLog
-	pgid  int
-	tty   bool
-	ptmx  *os.File
-	grace time.Duration
-	stdin *stdinQueue
-	ids   writeIDs
+	sandboxed bool
+	cmd       *exec.Cmd
+	log       *EventLog
+	pgid      int
+	tty       bool
+	ptmx      *os.File
+	grace     time.Duration
+	stdin     *stdinQueue
+	ids       writeIDs
 
 	streams []*outStream
 
@@ -419,7 +431,8 @@ func (p *localProcess) wait() {
 		p.stdin.closeNow()
 	}
 	p.awaitWrittenOutput()
-	p.log.Exit(code, false)
+	denied := p.sandboxed && code != 0 && p.log.RetainedOutputContains(sandbox.DenialMarkers...)
+	p.log.Exit(code, denied)
 	if p.tty {
 		// The PTY master stays open until every stream holder is done;
 		// close it once the log is closed so its fd is not leaked.

@@ -28,6 +28,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/outpost-exec/outpost/protocol"
+	"github.com/outpost-exec/outpost/sandbox"
 )
 
 // Config configures a Server. Start from DefaultConfig.
@@ -54,6 +55,9 @@ type Config struct {
 	BaseEnv []string
 	// Version is reported by environment/info.
 	Version string
+	// SandboxCaps reports what this machine can enforce (default:
+	// sandbox.Probe, run once).
+	SandboxCaps func() sandbox.Capabilities
 }
 
 // DefaultConfig returns the default configuration with a LocalBackend.
@@ -70,6 +74,7 @@ func DefaultConfig() Config {
 		DefaultCwd:             cwd,
 		BaseEnv:                os.Environ(),
 		Version:                "dev",
+		SandboxCaps:            sandbox.Probe,
 	}
 }
 
@@ -118,6 +123,9 @@ func NewServer(cfg Config) (*Server, error) {
 	}
 	if cfg.DefaultCwd == "" {
 		cfg.DefaultCwd, _ = os.Getwd()
+	}
+	if cfg.SandboxCaps == nil {
+		cfg.SandboxCaps = sandbox.Probe
 	}
 	if err := cfg.Validate(); err != nil {
 		return nil, err

@@ -2,6 +2,7 @@ package executor
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -11,6 +12,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/outpost-exec/outpost/protocol"
+	"github.com/outpost-exec/outpost/sandbox"
 )
 
 // Session owns a table of processes keyed by client-chosen ids. It is
@@ -137,8 +139,6 @@ func (s *Session) validateStart(p *protocol.ExecParams) error {
 		return protocol.Errorf(protocol.CodeInvalidParams, "argv must not be empty")
 	case p.Argv[0] == "":
 		return protocol.Errorf(protocol.CodeInvalidParams, "argv[0] must not be empty")
-	case p.Sandbox != nil:
-		return protocol.Errorf(protocol.CodeInvalidRequest, "sandbox cannot be enforced on this executor: this executor has no sandbox support")
 	case p.EnforceManagedNetwork || p.ManagedNetwork != nil:
 		return protocol.Errorf(protocol.CodeInvalidRequest, "managed network cannot be enforced on this executor: not supported")
 	}
@@ -170,6 +170,33 @@ func (s *Session) prepare(p *protocol.ExecParams) (Spec, error) {
 	if p.Arg0 != nil {
 		spec.Arg0 = *p.Arg0
 	}
+	if p.Sandbox == nil {
+		return spec, nil // no sandbox context: run natively
+	}
+	return s.sandboxed(p, spec)
+}
+
+// sandboxed rewrites spec to run under the sandbox helper. A policy this
+// executor cannot enforce is refused; it never runs unsandboxed.
+func (s *Session) sandboxed(p *protocol.ExecParams, spec Spec) (Spec, error) {
+	raw, err := json.Marshal(p.Sandbox)
+	if err != nil {
+		return Spec{}, protocol.Errorf(protocol.CodeInvalidParams, "invalid params for process/start: sandbox: %v", err)
+	}
+	policy, err := sandbox.ParsePolicy(raw)
+	if err != nil {
+		return Spec{}, protocol.Errorf(protocol.CodeInvalidParams, "invalid params for process/start: %v", err)
+	}
+	caps := s.srv.cfg.SandboxCaps()
+	prep, err := sandbox.Prepare(sandbox.Request{Argv: spec.Argv, Arg0: spec.Arg0, Dir: spec.Dir, Env: spec.Env, Policy: policy}, caps)
+	if err != nil {
+		if errors.Is(err, sandbox.ErrCannotEnforce) {
+			return Spec{}, protocol.Errorf(protocol.CodeInvalidRequest, "%v", err)
+		}
+		return Spec{}, protocol.Errorf(protocol.CodeInvalidParams, "invalid params for process/start: %v", err)
+	}
+	spec.Argv, spec.Arg0, spec.Env, spec.Path = prep.Argv, prep.Arg0, prep.Env, prep.Path
+	spec.Sandboxed, spec.UserNamespace = true, prep.UserNamespace
 	return spec, nil
 }
 
@@ -225,7 +252,11 @@ func (s *Session) Start(ctx context.Context, p protocol.ExecParams) (protocol.St
 	}
 	s.mu.Unlock()
 	go s.evictAfterClose(id, entry)
-	return protocol.StartResult{ProcessID: id}, nil
+	res := protocol.StartResult{ProcessID: id}
+	if spec.Sandboxed {
+		res.SandboxType = sandbox.TypeLinux
+	}
+	return res, nil
 }
 
 func (s *Session) evictAfterClose(id string, e *procEntry) {

@@ -441,8 +441,8 @@ func TestWSSandboxRequestIsRefusedNotIgnored(t *testing.T) {
 	r := dialRaw(t, ts.url, nil)
 	r.init()
 	p := startParams("p", "true")
-	p["sandbox"] = map[string]any{"mode": "read-only"}
-	r.wantError(r.call("process/start", p), protocol.CodeInvalidRequest, "sandbox cannot be enforced on this executor")
+	p["sandbox"] = map[string]any{"mode": "no-such-mode"}
+	r.wantError(r.call("process/start", p), protocol.CodeInvalidParams, "unknown sandbox mode")
 	p = startParams("p", "true")
 	p["enforceManagedNetwork"] = true
 	r.wantError(r.call("process/start", p), protocol.CodeInvalidRequest, "managed network")

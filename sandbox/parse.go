@@ -65,3 +65,8 @@ func ParsePolicy(data []byte) (Policy, error) {
 	}
 	return p, nil
 }
+
+// DenialMarkers are lower-case phrases that, in the output of a sandboxed
+// command that failed, mark the failure as a likely sandbox denial. The
+// output is never replaced; the flag only classifies it.
+var DenialMarkers = []string{"permission denied", "operation not permitted", "read-only file system", "outpost-sandbox:"}

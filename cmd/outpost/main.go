@@ -22,6 +22,7 @@ import (
 
 	"github.com/outpost-exec/outpost/executor"
 	"github.com/outpost-exec/outpost/identity"
+	"github.com/outpost-exec/outpost/sandbox"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -32,12 +33,17 @@ const usage = `outpost runs commands on remote machines through an end-to-end en
 Usage:
   outpost demo                       run a command through an in-process executor on loopback
   outpost executor serve [flags]     serve processes (--listen tcp://HOST:PORT | unix:///path | ws://IP:PORT | stdio)
+  outpost executor doctor            print what this machine's sandbox can enforce
   outpost version                    print the version
 
 Run "outpost <command> -h" for a command's flags.
 `
 
 func main() {
+	// The executor re-executes itself as the sandbox helper.
+	if sandbox.IsHelper() {
+		sandbox.HelperMain()
+	}
 	// OUTPOST_CPUPROFILE=FILE writes a CPU profile of the whole run, for
 	// finding where a benchmark's time goes.
 	if path := os.Getenv("OUTPOST_CPUPROFILE"); path != "" {
@@ -68,6 +74,11 @@ func run(args []string, stdout, stderr io.Writer) int {
 		switch args[1] {
 		case "serve":
 			return cmdExecutorServe(args[2:], stdout, stderr)
+		case "doctor":
+			for _, line := range sandbox.Probe().Report() {
+				fmt.Fprintln(stdout, line)
+			}
+			return 0
 		}
 		fmt.Fprintf(stderr, "outpost executor: unknown command %q\n", args[1])
 		return 2

@@ -1,0 +1,244 @@
+package executor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/outpost-exec/outpost/protocol"
+	"github.com/outpost-exec/outpost/sandbox"
+)
+
+// TestMain lets this test binary act as the sandbox helper (the executor
+// re-executes its own binary) and as a small network probe.
+func TestMain(m *testing.M) {
+	if sandbox.IsHelper() {
+		sandbox.HelperMain()
+	}
+	if addr := os.Getenv("OUTPOST_TEST_DIAL"); addr != "" {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			fmt.Println("dial failed:", err)
+			os.Exit(3)
+		}
+		c.Close()
+		fmt.Println("dial ok")
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+type sandboxRun struct {
+	out    string
+	code   int32
+	denied bool
+	typ    string
+}
+
+func runSandboxed(t *testing.T, sess *Session, cwd string, policy map[string]any, env map[string]string, argv ...string) sandboxRun {
+	t.Helper()
+	if env == nil {
+		env = map[string]string{"PATH": "/usr/local/bin:/usr/bin:/bin"}
+	}
+	id := fmt.Sprintf("sb-%d", newID())
+	res, err := sess.Start(context.Background(), protocol.ExecParams{ProcessID: id, Argv: argv, Cwd: cwd, Env: env, Sandbox: policy})
+	if err != nil {
+		t.Fatalf("start: %v", err)
+	}
+	proc := sess.lookup(id).proc
+	evs := collect(t, proc)
+	r := sandboxRun{out: output(evs, ""), typ: res.SandboxType}
+	for _, e := range evs {
+		if e.Kind == EventExited {
+			r.code, r.denied = e.ExitCode, e.SandboxDenied
+		}
+	}
+	return r
+}
+
+func requireSandbox(t *testing.T) {
+	t.Helper()
+	caps := sandbox.Probe()
+	if caps.LandlockABI == 0 || !caps.Seccomp {
+		t.Skipf("this machine cannot enforce the sandbox: %v", caps.Report())
+	}
+}
+
+// dirOutsideTmp returns a fresh directory that is not under /tmp or
+// $TMPDIR, which workspace-write leaves writable.
+func dirOutsideTmp(t *testing.T) string {
+	t.Helper()
+	base := "/var/tmp"
+	if os.Getenv("TMPDIR") == base {
+		t.Skip("TMPDIR is /var/tmp")
+	}
+	d, err := os.MkdirTemp(base, "outpost-sandbox-test")
+	if err != nil {
+		t.Skipf("no directory outside the temp dirs: %v", err)
+	}
+	t.Cleanup(func() { os.RemoveAll(d) })
+	return d
+}
+
+func TestSandboxWorkspaceWriteConfinesWritesAndFlagsTheDenial(t *testing.T) {
+	requireSandbox(t)
+	_, sess := newTestSession(t, NewLocalBackend())
+	cwd, outside := dirOutsideTmp(t), dirOutsideTmp(t)
+	ws := map[string]any{"mode": "workspace-write"}
+	r := runSandboxed(t, sess, cwd, ws, nil, "/bin/sh", "-c", "echo inside > inside.txt && cat inside.txt")
+	if r.code != 0 || r.out != "inside\n" || r.typ != sandbox.TypeLinux {
+		t.Fatalf("write inside the workspace: %+v", r)
+	}
+	r = runSandboxed(t, sess, cwd, ws, nil, "/bin/sh", "-c", "echo before; echo x > "+outside+"/escape.txt")
+	if r.code == 0 || !r.denied || !strings.Contains(r.out, "before") || !strings.Contains(strings.ToLower(r.out), "permission denied") {
+		t.Fatalf("write outside the workspace: %+v (output must be kept and the denial flagged)", r)
+	}
+	if _, err := os.Stat(filepath.Join(outside, "escape.txt")); err == nil {
+		t.Fatal("the file outside the workspace was written")
+	}
+}
+
+func TestSandboxSymlinkAndDotDotEscapesAreDenied(t *testing.T) {
+	requireSandbox(t)
+	_, sess := newTestSession(t, NewLocalBackend())
+	cwd, outside := dirOutsideTmp(t), dirOutsideTmp(t)
+	os.Symlink(outside, filepath.Join(cwd, "link"))
+	ws := map[string]any{"mode": "workspace-write"}
+	for _, target := range []string{"link/via-symlink.txt", "../" + filepath.Base(outside) + "/via-dotdot.txt"} {
+		r := runSandboxed(t, sess, cwd, ws, nil, "/bin/sh", "-c", "echo x > "+target)
+		if r.code == 0 || !r.denied {
+			t.Errorf("%s: %+v", target, r)
+		}
+	}
+	entries, _ := os.ReadDir(outside)
+	if len(entries) != 0 {
+		t.Fatalf("escaped writes landed outside: %v", entries)
+	}
+}
+
+func TestSandboxProtectsGitInsideTheWorkspace(t *testing.T) {
+	requireSandbox(t)
+	if !sandbox.Probe().MountNamespaces {
+		t.Skip("no user namespaces: protected sub-paths are reported as not enforced")
+	}
+	_, sess := newTestSession(t, NewLocalBackend())
+	cwd := t.TempDir()
+	os.Mkdir(filepath.Join(cwd, ".git"), 0o755)
+	os.WriteFile(filepath.Join(cwd, ".git", "config"), []byte("[core]\n"), 0o644)
+	r := runSandboxed(t, sess, cwd, map[string]any{"mode": "workspace-write"}, nil, "/bin/sh", "-c", "echo ok > src.txt && cat .git/config && echo hacked >> .git/config")
+	if r.code == 0 || !strings.Contains(r.out, "[core]") {
+		t.Fatalf("%+v", r)
+	}
+	b, _ := os.ReadFile(filepath.Join(cwd, ".git", "config"))
+	if string(b) != "[core]\n" {
+		t.Fatalf(".git/config was modified: %q", b)
+	}
+	if b, _ := os.ReadFile(filepath.Join(cwd, "src.txt")); string(b) != "ok\n" {
+		t.Fatal("the workspace itself was not writable")
+	}
+}
+
+func TestSandboxReadOnlyDeniesEveryWrite(t *testing.T) {
+	requireSandbox(t)
+	_, sess := newTestSession(t, NewLocalBackend())
+	cwd := t.TempDir()
+	r := runSandboxed(t, sess, cwd, map[string]any{"mode": "read-only"}, nil, "/bin/sh", "-c", "cat /etc/hostname >/dev/null && echo read-ok && echo x > f.txt")
+	if r.code == 0 || !strings.Contains(r.out, "read-ok") || !r.denied {
+		t.Fatalf("%+v", r)
+	}
+}
+
+func TestSandboxNetworkOffDeniesTCPAndOnAllowsIt(t *testing.T) {
+	requireSandbox(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+	_, sess := newTestSession(t, NewLocalBackend())
+	self, _ := os.Executable()
+	env := map[string]string{"OUTPOST_TEST_DIAL": ln.Addr().String()}
+	cwd := t.TempDir()
+	// The probe binary lives in the build's temp dir: make it readable.
+	policy := func(network bool) map[string]any {
+		return map[string]any{"mode": "workspace-write", "network": network, "writableRoots": []string{filepath.Dir(self)}}
+	}
+	r := runSandboxed(t, sess, cwd, policy(false), env, self)
+	if r.code == 0 || !strings.Contains(r.out, "dial failed") {
+		t.Fatalf("network off: %+v", r)
+	}
+	r = runSandboxed(t, sess, cwd, policy(true), env, self)
+	if r.code != 0 || !strings.Contains(r.out, "dial ok") {
+		t.Fatalf("network on: %+v", r)
+	}
+}
+
+func TestSandboxThatCannotBeEnforcedIsRefusedNotIgnored(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.SandboxCaps = func() sandbox.Capabilities {
+		return sandbox.Capabilities{OS: "linux", Seccomp: true, LandlockABI: 0}
+	}
+	cfg.DefaultCwd = t.TempDir()
+	srv, err := NewServer(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sess, _ := srv.newSession()
+	_, err = sess.Start(context.Background(), protocol.ExecParams{ProcessID: "p", Argv: []string{"true"}, Sandbox: map[string]any{"mode": "workspace-write"}})
+	var pe *protocol.Error
+	if !errors.As(err, &pe) || pe.Code != protocol.CodeInvalidRequest || !strings.HasPrefix(pe.Message, "sandbox cannot be enforced on this executor: ") {
+		t.Fatalf("err = %v", err)
+	}
+	_, err = sess.Start(context.Background(), protocol.ExecParams{ProcessID: "q", Argv: []string{"true"}, Sandbox: map[string]any{"mode": "nonsense"}})
+	if !errors.As(err, &pe) || pe.Code != protocol.CodeInvalidParams {
+		t.Fatalf("bad policy: %v", err)
+	}
+}
+
+func TestSandboxedRootCannotUnmountTheProtection(t *testing.T) {
+	requireSandbox(t)
+	if !sandbox.Probe().MountNamespaces {
+		t.Skip("no user namespaces")
+	}
+	_, sess := newTestSession(t, NewLocalBackend())
+	cwd := t.TempDir()
+	os.Mkdir(filepath.Join(cwd, ".git"), 0o755)
+	r := runSandboxed(t, sess, cwd, map[string]any{"mode": "workspace-write"}, nil, "/bin/sh", "-c", "umount .git 2>&1; echo x > .git/f")
+	if r.code == 0 {
+		t.Fatalf("the protection was undone: %+v", r)
+	}
+	if _, err := os.Stat(filepath.Join(cwd, ".git", "f")); err == nil {
+		t.Fatal(".git was written")
+	}
+}
+
+func TestSandboxNoneEntryHidesAPath(t *testing.T) {
+	requireSandbox(t)
+	if !sandbox.Probe().MountNamespaces {
+		t.Skip("no user namespaces")
+	}
+	_, sess := newTestSession(t, NewLocalBackend())
+	cwd := t.TempDir()
+	secret := filepath.Join(cwd, "secret")
+	os.Mkdir(secret, 0o755)
+	os.WriteFile(filepath.Join(secret, "key"), []byte("hunter2"), 0o644)
+	policy := map[string]any{"entries": []map[string]any{{"path": ":root", "access": "read"}, {"path": ":cwd", "access": "write"}, {"path": secret, "access": "none"}}}
+	r := runSandboxed(t, sess, cwd, policy, nil, "/bin/sh", "-c", "cat secret/key; echo done")
+	if strings.Contains(r.out, "hunter2") || !strings.Contains(r.out, "done") {
+		t.Fatalf("%+v", r)
+	}
+}

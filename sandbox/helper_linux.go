@@ -1,0 +1,163 @@
+//go:build linux
+
+package sandbox
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// helperExitCode is the exit status of a helper that could not set the
+// sandbox up (the command never ran); its stderr says why.
+const helperExitCode = 126
+
+// IsHelper reports whether this process was started as the helper.
+func IsHelper() bool { return filepath.Base(os.Args[0]) == HelperName }
+
+// HelperMain sets up the sandbox and executes the command; it never
+// returns. Order: mount namespace changes (protected sub-paths read-only,
+// "none" paths hidden), no_new_privs, Landlock, dropping the capabilities
+// that could undo the mounts, the seccomp filter (last: it also restricts
+// what the setup itself may do), then execve.
+func HelperMain() {
+	fail := func(format string, args ...any) {
+		fmt.Fprintf(os.Stderr, "outpost-sandbox: "+format+"\n", args...)
+		os.Exit(helperExitCode)
+	}
+	raw, ok := os.LookupEnv(helperPolicyEnv)
+	if !ok {
+		fail("no sandbox spec (%s is not set); this binary runs as the sandbox helper only when the executor starts it", helperPolicyEnv)
+	}
+	os.Unsetenv(helperPolicyEnv)
+	var sp spec
+	if err := json.Unmarshal([]byte(raw), &sp); err != nil {
+		fail("bad sandbox spec: %v", err)
+	}
+	args := os.Args[1:]
+	if len(args) > 0 && args[0] == "--" {
+		args = args[1:]
+	}
+	if len(args) == 0 {
+		fail("no command")
+	}
+	if err := applyMounts(sp); err != nil {
+		fail("%v", err)
+	}
+	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
+		fail("no_new_privs: %v", err)
+	}
+	if !sp.FullWrite {
+		rules := LandlockRules{
+			ReadOnly:  append(append([]string(nil), DefaultReadOnlySystemPaths()...), sp.ReadOnly...),
+			ReadWrite: append(append([]string(nil), DefaultReadWriteDevices()...), sp.ReadWrite...),
+			DenyTCP:   !sp.Network,
+		}
+		if _, err := ApplyLandlock(rules); err != nil {
+			fail("landlock: %v", err)
+		}
+	}
+	dropCapabilities(sp)
+	if err := InstallSeccomp(SeccompOptions{DenyNetwork: !sp.Network}); err != nil {
+		fail("seccomp: %v", err)
+	}
+	path := args[0]
+	if !strings.Contains(path, "/") {
+		p, err := exec.LookPath(path)
+		if err != nil {
+			fail("%s: %v", path, err)
+		}
+		path = p
+	}
+	argv := append([]string(nil), args...)
+	if sp.Arg0 != "" {
+		argv[0] = sp.Arg0
+	}
+	err := syscall.Exec(path, argv, os.Environ())
+	fail("exec %s: %v", path, err)
+}
+
+// applyMounts makes protected sub-paths read-only and hides "none" paths,
+// when the executor started the helper in its own user and mount
+// namespace. Outside one, it does nothing (the capability report says
+// protected sub-paths are not enforced).
+func applyMounts(sp spec) error {
+	if len(sp.Protected) == 0 && len(sp.None) == 0 {
+		return nil
+	}
+	if !sp.MountNamespace {
+		if len(sp.None) > 0 {
+			return errors.New("paths with access none need a mount namespace, which this helper does not have")
+		}
+		return nil
+	}
+	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
+		return fmt.Errorf("making mounts private: %w", err)
+	}
+	for _, p := range sp.Protected {
+		if err := unix.Mount(p, p, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
+			return fmt.Errorf("protecting %s: %w", p, err)
+		}
+		if err := unix.Mount("", p, "", unix.MS_BIND|unix.MS_REMOUNT|unix.MS_RDONLY|unix.MS_REC, ""); err != nil {
+			return fmt.Errorf("protecting %s read-only: %w", p, err)
+		}
+	}
+	for _, p := range sp.None {
+		fi, err := os.Stat(p)
+		if err != nil {
+			continue // nothing to hide
+		}
+		if fi.IsDir() {
+			err = unix.Mount("tmpfs", p, "tmpfs", unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "size=0,mode=000")
+		} else {
+			err = unix.Mount("/dev/null", p, "", unix.MS_BIND, "")
+		}
+		if err != nil {
+			return fmt.Errorf("hiding %s: %w", p, err)
+		}
+	}
+	return nil
+}
+
+// dropCapabilities removes, from the bounding set, the capabilities a
+// command running as root could use to undo the sandbox's mounts or reach
+// around it.
+func dropCapabilities(sp spec) {
+	caps := []uintptr{unix.CAP_SYS_ADMIN, unix.CAP_SYS_PTRACE, unix.CAP_SYS_MODULE, unix.CAP_SYS_RAWIO}
+	if !sp.Network {
+		caps = append(caps, unix.CAP_NET_ADMIN, unix.CAP_NET_RAW)
+	}
+	for _, c := range caps {
+		unix.Prctl(unix.PR_CAPBSET_DROP, c, 0, 0, 0) // EPERM without CAP_SETPCAP: nothing to drop
+	}
+}
+
+// canUnshareMount probes whether a child can get a user and mount
+// namespace (what protected sub-paths need).
+func canUnshareMount() bool {
+	cmd := exec.Command("/bin/true")
+	cmd.SysProcAttr = userNamespaceAttr(&syscall.SysProcAttr{})
+	return cmd.Run() == nil
+}
+
+// UserNamespaceAttr adds a user and mount namespace, mapping this
+// process's uid and gid to themselves, to attr.
+func UserNamespaceAttr(attr *syscall.SysProcAttr) *syscall.SysProcAttr {
+	return userNamespaceAttr(attr)
+}
+
+func userNamespaceAttr(attr *syscall.SysProcAttr) *syscall.SysProcAttr {
+	uid, gid := os.Getuid(), os.Getgid()
+	attr.Cloneflags |= unix.CLONE_NEWUSER | unix.CLONE_NEWNS
+	attr.UidMappings = []syscall.SysProcIDMap{{ContainerID: uid, HostID: uid, Size: 1}}
+	attr.GidMappings = []syscall.SysProcIDMap{{ContainerID: gid, HostID: gid, Size: 1}}
+	attr.GidMappingsEnableSetgroups = false
+	return attr
+}

@@ -1,0 +1,248 @@
+package sandbox
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+)
+
+// HelperName is the argv[0] under which the executor's own binary acts as
+// the sandbox helper.
+const HelperName = "outpost-sandbox"
+
+// helperPolicyEnv carries the resolved policy to the helper, which removes
+// it before running the command.
+const helperPolicyEnv = "OUTPOST_SANDBOX_SPEC"
+
+// TypeLinux is the sandbox type reported for commands run by the helper.
+const TypeLinux = "linuxSeccomp"
+
+// ErrCannotEnforce prefixes every refusal to run a sandboxed command.
+var ErrCannotEnforce = errors.New("sandbox cannot be enforced on this executor")
+
+// Request is a command the executor is about to run, with the policy the
+// client asked for.
+type Request struct {
+	Argv   []string
+	Arg0   string
+	Dir    string // native, absolute
+	Env    []string
+	Policy Policy
+	// ProjectRoots are the workspace roots (default [Dir]).
+	ProjectRoots []string
+}
+
+// Prepared is a request rewritten to run under the helper.
+type Prepared struct {
+	Argv        []string // helper binary, then "--", then the command
+	Arg0        string   // HelperName
+	Path        string   // the helper binary
+	Dir         string
+	Env         []string
+	SandboxType string
+	Resolved    Resolved
+	// Cloneflags the helper needs (a user and mount namespace to make
+	// protected sub-paths read-only), 0 if none.
+	UserNamespace bool
+}
+
+// spec is what the helper receives.
+type spec struct {
+	Network   bool     `json:"network"`
+	ReadOnly  []string `json:"readOnly"`
+	ReadWrite []string `json:"readWrite"`
+	None      []string `json:"none"`
+	Protected []string `json:"protected"`
+	FullWrite bool     `json:"fullWrite"`
+	Arg0      string   `json:"arg0,omitempty"`
+	// MountNamespace says the executor started the helper in its own
+	// user and mount namespace.
+	MountNamespace bool `json:"mountNamespace,omitempty"`
+}
+
+var (
+	selfOnce sync.Once
+	selfPath string
+	selfErr  error
+)
+
+// self is this executable, re-executed as the helper.
+func self() (string, error) {
+	selfOnce.Do(func() {
+		selfPath, selfErr = os.Executable()
+		if selfErr == nil {
+			selfPath, selfErr = filepath.EvalSymlinks(selfPath)
+		}
+	})
+	return selfPath, selfErr
+}
+
+// SetHelperBinary overrides the helper binary (tests build one).
+func SetHelperBinary(path string) {
+	selfOnce.Do(func() {})
+	selfPath, selfErr = path, nil
+}
+
+// Prepare rewrites req to run under the sandbox helper, or refuses with
+// ErrCannotEnforce when this machine cannot enforce the policy. It never
+// returns a request that would run unsandboxed.
+func Prepare(req Request, caps Capabilities) (Prepared, error) {
+	if len(req.Argv) == 0 {
+		return Prepared{}, errors.New("argv must not be empty")
+	}
+	roots := req.ProjectRoots
+	if len(roots) == 0 {
+		roots = []string{req.Dir}
+	}
+	res, err := req.Policy.Resolve(Env{Cwd: req.Dir, ProjectRoots: roots})
+	if err != nil {
+		return Prepared{}, err
+	}
+	sp := spec{Network: res.Network, FullWrite: res.FullWrite(), Protected: res.Protected, Arg0: req.Arg0}
+	for _, e := range res.Entries {
+		switch e.Access {
+		case AccessRead:
+			sp.ReadOnly = append(sp.ReadOnly, e.Path)
+		case AccessWrite:
+			sp.ReadWrite = append(sp.ReadWrite, e.Path)
+		case AccessNone:
+			sp.None = append(sp.None, e.Path)
+		}
+	}
+	if reason := caps.cannotEnforce(sp); reason != "" {
+		return Prepared{}, fmt.Errorf("%w: %s", ErrCannotEnforce, reason)
+	}
+	sp.MountNamespace = (len(sp.Protected) > 0 || len(sp.None) > 0) && !sp.FullWrite && caps.MountNamespaces
+	if len(sp.None) > 0 && !sp.MountNamespace && !sp.FullWrite {
+		return Prepared{}, fmt.Errorf("%w: paths with access none need user namespaces, which this machine does not allow", ErrCannotEnforce)
+	}
+	bin, err := self()
+	if err != nil {
+		return Prepared{}, fmt.Errorf("%w: cannot locate the helper binary: %v", ErrCannotEnforce, err)
+	}
+	data, err := json.Marshal(sp)
+	if err != nil {
+		return Prepared{}, err
+	}
+	env := append([]string{helperPolicyEnv + "=" + string(data)}, withoutPolicyEnv(req.Env)...)
+	return Prepared{
+		Argv:          append([]string{HelperName, "--"}, req.Argv...),
+		Arg0:          HelperName,
+		Path:          bin,
+		Dir:           req.Dir,
+		Env:           env,
+		SandboxType:   TypeLinux,
+		Resolved:      res,
+		UserNamespace: sp.MountNamespace,
+	}, nil
+}
+
+func withoutPolicyEnv(env []string) []string {
+	out := env[:0:0]
+	for _, kv := range env {
+		if !strings.HasPrefix(kv, helperPolicyEnv+"=") {
+			out = append(out, kv)
+		}
+	}
+	return out
+}
+
+// Capabilities is what this machine can enforce.
+type Capabilities struct {
+	OS              string
+	LandlockABI     int
+	Seccomp         bool
+	MountNamespaces bool // unprivileged user + mount namespaces
+}
+
+// Probe inspects the machine once.
+func Probe() Capabilities {
+	probeOnce.Do(func() {
+		probed = Capabilities{OS: runtime.GOOS, LandlockABI: LandlockABI(), Seccomp: SeccompSupported(), MountNamespaces: canUnshareMount()}
+	})
+	return probed
+}
+
+var (
+	probeOnce sync.Once
+	probed    Capabilities
+)
+
+// cannotEnforce returns why sp cannot be enforced here, or "".
+func (c Capabilities) cannotEnforce(sp spec) string {
+	if c.OS != "linux" {
+		return "sandboxing needs Linux (this executor runs on " + c.OS + ")"
+	}
+	if !c.Seccomp {
+		return "the kernel does not accept seccomp filters"
+	}
+	if !sp.FullWrite && c.LandlockABI == 0 {
+		return "Landlock is not available on this kernel, so filesystem limits cannot be enforced"
+	}
+	if !sp.Network && c.LandlockABI < 4 {
+		// Without Landlock's network rules, seccomp alone still denies
+		// every non-Unix socket; that is enough.
+		return ""
+	}
+	return ""
+}
+
+// Report describes the capabilities for people (outpost executor doctor).
+func (c Capabilities) Report() []string {
+	yes := func(b bool) string {
+		if b {
+			return "yes"
+		}
+		return "no"
+	}
+	lines := []string{
+		"os: " + c.OS,
+		fmt.Sprintf("landlock: ABI %d (%s)", c.LandlockABI, landlockMeaning(c.LandlockABI)),
+		"seccomp filters: " + yes(c.Seccomp),
+		"user+mount namespaces: " + yes(c.MountNamespaces),
+	}
+	enforced := []string{}
+	notEnforced := []string{}
+	if c.LandlockABI > 0 {
+		enforced = append(enforced, "filesystem read/write limits (Landlock)")
+	} else {
+		notEnforced = append(notEnforced, "filesystem limits: sandboxed starts are refused")
+	}
+	if c.Seccomp {
+		enforced = append(enforced, "network off: only AF_UNIX sockets (seccomp)", "ptrace, process_vm_*, io_uring, TIOCSTI denied (seccomp)")
+	}
+	if c.LandlockABI >= 4 {
+		enforced = append(enforced, "network off: TCP bind/connect denied (Landlock)")
+	}
+	if c.MountNamespaces {
+		enforced = append(enforced, "protected sub-paths (.git, .outpost, .agents, .codex) read-only (mount namespace)")
+	} else {
+		notEnforced = append(notEnforced, "protected sub-paths inside writable roots are NOT enforced (no user namespaces)")
+	}
+	notEnforced = append(notEnforced, "PID namespace: not used (processes can see other processes of the same user)")
+	for _, e := range enforced {
+		lines = append(lines, "enforced: "+e)
+	}
+	for _, n := range notEnforced {
+		lines = append(lines, "not enforced: "+n)
+	}
+	return lines
+}
+
+func landlockMeaning(abi int) string {
+	switch {
+	case abi == 0:
+		return "unavailable"
+	case abi < 3:
+		return "filesystem; no truncate or network rules"
+	case abi < 4:
+		return "filesystem incl. truncate; no network rules"
+	default:
+		return "filesystem and TCP bind/connect"
+	}
+}
