@@ -33,6 +33,7 @@ type Spec struct {
 	Path          string
 	Sandboxed     bool
 	UserNamespace bool
+	SandboxType   string // reported in the start result; "" = no sandbox context
 }
 
 // Process is a started process. All methods are safe for concurrent use.

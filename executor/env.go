@@ -3,13 +3,12 @@ package executor
 import (
 	"errors"
 	"fmt"
-	"net/url"
 	"os"
 	"path"
-	"path/filepath"
 	"sort"
 	"strings"
 
+	"github.com/outpost-exec/outpost/pathmap"
 	"github.com/outpost-exec/outpost/protocol"
 )
 
@@ -106,15 +105,19 @@ func matchAny(name string, patterns []string) bool {
 }
 
 // ErrForeignPath rejects a path that is not native to this executor.
-var ErrForeignPath = errors.New("path is not valid on this executor")
+var ErrForeignPath = pathmap.ErrForeignPath
 
-// NativeDir resolves a request's cwd — a file: URI or an absolute path —
-// to an existing directory on this machine. Empty means fallback.
-func NativeDir(cwd, fallback string) (string, error) {
+// NativeDir resolves a request's cwd — a file: URI or an absolute path,
+// through the executor's prefix mappings — to an existing directory on
+// this machine. Empty means fallback.
+func NativeDir(cwd, fallback string, translate func(string) (string, error)) (string, error) {
 	if cwd == "" {
 		return fallback, nil
 	}
-	p, err := NativePath(cwd)
+	if translate == nil {
+		translate = pathmap.Native
+	}
+	p, err := translate(cwd)
 	if err != nil {
 		return "", err
 	}
@@ -129,39 +132,4 @@ func NativeDir(cwd, fallback string) (string, error) {
 }
 
 // NativePath turns a file: URI or an absolute path into a clean native path.
-func NativePath(s string) (string, error) {
-	if strings.ContainsRune(s, 0) {
-		return "", fmt.Errorf("%w: %q contains a NUL byte", ErrForeignPath, s)
-	}
-	p := s
-	if strings.HasPrefix(strings.ToLower(s), "file:") {
-		u, err := url.Parse(s)
-		if err != nil {
-			return "", fmt.Errorf("%w: URI %q: %v", ErrForeignPath, s, err)
-		}
-		if u.Host != "" && !strings.EqualFold(u.Host, "localhost") {
-			return "", fmt.Errorf("%w: URI %q names host %q", ErrForeignPath, s, u.Host)
-		}
-		if u.Opaque != "" {
-			return "", fmt.Errorf("%w: URI %q is not an absolute file URI", ErrForeignPath, s)
-		}
-		p = u.Path
-		if strings.ContainsRune(p, 0) {
-			return "", fmt.Errorf("%w: %q contains a NUL byte", ErrForeignPath, s)
-		}
-	}
-	if len(p) >= 3 && p[0] == '/' && isDriveLetter(p[1:]) {
-		return "", fmt.Errorf("%w: %q is a Windows path", ErrForeignPath, s)
-	}
-	if isDriveLetter(p) || strings.HasPrefix(p, `\\`) || strings.Contains(p, `\`) && !strings.Contains(p, "/") {
-		return "", fmt.Errorf("%w: %q is a Windows path", ErrForeignPath, s)
-	}
-	if !filepath.IsAbs(p) {
-		return "", fmt.Errorf("%w: %q is not absolute", ErrForeignPath, s)
-	}
-	return filepath.Clean(p), nil
-}
-
-func isDriveLetter(p string) bool {
-	return len(p) >= 2 && p[1] == ':' && (p[0]|0x20 >= 'a' && p[0]|0x20 <= 'z') && (len(p) == 2 || p[2] == '/' || p[2] == '\\')
-}
+func NativePath(s string) (string, error) { return pathmap.Native(s) }

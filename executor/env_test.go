@@ -341,7 +341,7 @@ func TestNativePathAcceptsOnlyLocalAbsolutePaths(t *testing.T) {
 		{"FILE:///tmp", "/tmp"},
 		{"file:/tmp", "/tmp"},
 		{"file:///tmp/a%20b/%E2%82%AC", "/tmp/a b/€"},
-		{"file:///tmp/a%2Fb", "/tmp/a/b"},
+		{"file:///tmp/a%2Fb", ""}, // an encoded separator is refused, not decoded into one
 		{"file:///tmp/x/../y", "/tmp/y"},
 
 		{"", ""},
@@ -414,7 +414,7 @@ func TestNativeDirResolvesExistingDirectories(t *testing.T) {
 		{"/", "/"},
 	}
 	for _, c := range ok {
-		got, err := executor.NativeDir(c.in, "/fallback")
+		got, err := executor.NativeDir(c.in, "/fallback", nil)
 		if err != nil || got != c.want {
 			t.Errorf("NativeDir(%q) = %q, %v; want %q", c.in, got, err, c.want)
 		}
@@ -426,7 +426,7 @@ func TestNativeDirResolvesExistingDirectories(t *testing.T) {
 
 func TestNativeDirEmptyUsesFallback(t *testing.T) {
 	for _, fallback := range []string{"/some/where", "", "relative"} {
-		got, err := executor.NativeDir("", fallback)
+		got, err := executor.NativeDir("", fallback, nil)
 		if err != nil || got != fallback {
 			t.Errorf("NativeDir(\"\", %q) = %q, %v; want the fallback", fallback, got, err)
 		}
@@ -436,7 +436,7 @@ func TestNativeDirEmptyUsesFallback(t *testing.T) {
 func TestNativeDirRejectsMissingDirectory(t *testing.T) {
 	missing := filepath.Join(t.TempDir(), "missing")
 	for _, in := range []string{missing, "file://" + missing} {
-		_, err := executor.NativeDir(in, "/fallback")
+		_, err := executor.NativeDir(in, "/fallback", nil)
 		if !errors.Is(err, fs.ErrNotExist) {
 			t.Errorf("NativeDir(%q): err = %v, want fs.ErrNotExist", in, err)
 		}
@@ -452,7 +452,7 @@ func TestNativeDirRejectsFile(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, in := range []string{file, "file://" + file} {
-		_, err := executor.NativeDir(in, "/fallback")
+		_, err := executor.NativeDir(in, "/fallback", nil)
 		if err == nil || !strings.Contains(err.Error(), "not a directory") {
 			t.Errorf("NativeDir(%q): err = %v, want not a directory", in, err)
 		}
@@ -461,7 +461,7 @@ func TestNativeDirRejectsFile(t *testing.T) {
 
 func TestNativeDirRejectsForeignPaths(t *testing.T) {
 	for _, in := range []string{`C:\x`, "file:///C:/x", `\\server\share`, "relative", "file://otherhost/tmp", "/tmp\x00", "file:///tmp%00"} {
-		_, err := executor.NativeDir(in, "/fallback")
+		_, err := executor.NativeDir(in, "/fallback", nil)
 		if !errors.Is(err, executor.ErrForeignPath) {
 			t.Errorf("NativeDir(%q): err = %v, want ErrForeignPath", in, err)
 		}

@@ -431,7 +431,7 @@ func (p *localProcess) wait() {
 		p.stdin.closeNow()
 	}
 	p.awaitWrittenOutput()
-	denied := p.sandboxed && code != 0 && p.log.RetainedOutputContains(sandbox.DenialMarkers...)
+	denied := p.sandboxed && sandbox.LikelyDenied(code, p.log.RetainedOutputContains)
 	p.log.Exit(code, denied)
 	if p.tty {
 		// The PTY master stays open until every stream holder is done;

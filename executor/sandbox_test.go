@@ -8,8 +8,10 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
+	"github.com/outpost-exec/outpost/pathmap"
 	"github.com/outpost-exec/outpost/protocol"
 	"github.com/outpost-exec/outpost/sandbox"
 )
@@ -21,16 +23,50 @@ func TestMain(m *testing.M) {
 		sandbox.HelperMain()
 	}
 	if addr := os.Getenv("OUTPOST_TEST_DIAL"); addr != "" {
-		c, err := net.Dial("tcp", addr)
-		if err != nil {
-			fmt.Println("dial failed:", err)
-			os.Exit(3)
-		}
-		c.Close()
-		fmt.Println("dial ok")
-		os.Exit(0)
+		os.Exit(netProbe(os.Getenv("OUTPOST_TEST_NET"), addr))
 	}
 	os.Exit(m.Run())
+}
+
+// netProbe tries one network operation and reports it on stdout.
+func netProbe(mode, addr string) int {
+	var err error
+	switch mode {
+	case "udp":
+		var c net.Conn
+		if c, err = net.Dial("udp", addr); err == nil {
+			_, err = c.Write([]byte("x"))
+			c.Close()
+		}
+	case "listen":
+		var l net.Listener
+		if l, err = net.Listen("tcp", "127.0.0.1:0"); err == nil {
+			l.Close()
+		}
+	case "resolve":
+		// A name no hosts file holds, through Go's own resolver: the
+		// lookup needs a UDP socket.
+		r := &net.Resolver{PreferGo: true}
+		_, err = r.LookupHost(context.Background(), "outpost-sandbox-test.invalid")
+	case "unixpair":
+		var fds [2]int
+		fds, err = syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM, 0)
+		if err == nil {
+			syscall.Close(fds[0])
+			syscall.Close(fds[1])
+		}
+	default:
+		var c net.Conn
+		if c, err = net.Dial("tcp", addr); err == nil {
+			c.Close()
+		}
+	}
+	if err != nil {
+		fmt.Println(mode, "failed:", err)
+		return 3
+	}
+	fmt.Println(mode, "ok")
+	return 0
 }
 
 type sandboxRun struct {
@@ -178,11 +214,11 @@ func TestSandboxNetworkOffDeniesTCPAndOnAllowsIt(t *testing.T) {
 		return map[string]any{"mode": "workspace-write", "network": network, "writableRoots": []string{filepath.Dir(self)}}
 	}
 	r := runSandboxed(t, sess, cwd, policy(false), env, self)
-	if r.code == 0 || !strings.Contains(r.out, "dial failed") {
+	if r.code == 0 || !strings.Contains(r.out, "operation not permitted") {
 		t.Fatalf("network off: %+v", r)
 	}
 	r = runSandboxed(t, sess, cwd, policy(true), env, self)
-	if r.code != 0 || !strings.Contains(r.out, "dial ok") {
+	if r.code != 0 || !strings.Contains(r.out, "ok") {
 		t.Fatalf("network on: %+v", r)
 	}
 }
@@ -240,5 +276,78 @@ func TestSandboxNoneEntryHidesAPath(t *testing.T) {
 	r := runSandboxed(t, sess, cwd, policy, nil, "/bin/sh", "-c", "cat secret/key; echo done")
 	if strings.Contains(r.out, "hunter2") || !strings.Contains(r.out, "done") {
 		t.Fatalf("%+v", r)
+	}
+}
+
+func TestSandboxNetworkOffDeniesEveryIPOperationButUnixSockets(t *testing.T) {
+	requireSandbox(t)
+	_, sess := newTestSession(t, NewLocalBackend())
+	self, _ := os.Executable()
+	cwd := t.TempDir()
+	policy := map[string]any{"mode": "workspace-write", "writableRoots": []string{filepath.Dir(self)}}
+	for mode, wantOK := range map[string]bool{"udp": false, "listen": false, "resolve": false, "unixpair": true} {
+		env := map[string]string{"OUTPOST_TEST_DIAL": "127.0.0.1:9", "OUTPOST_TEST_NET": mode}
+		r := runSandboxed(t, sess, cwd, policy, env, self)
+		if ok := r.code == 0; ok != wantOK || !wantOK && !strings.Contains(r.out, "operation not permitted") {
+			t.Errorf("%s with network off: %+v, want ok=%v (denied with EPERM)", mode, r, wantOK)
+		}
+	}
+}
+
+func TestSandboxedProcessHasNoNewPrivsAndMarkers(t *testing.T) {
+	requireSandbox(t)
+	_, sess := newTestSession(t, NewLocalBackend())
+	cwd := t.TempDir()
+	r := runSandboxed(t, sess, cwd, map[string]any{"mode": "read-only"}, nil, "/bin/sh", "-c", "grep NoNewPrivs /proc/self/status; echo $OUTPOST_SANDBOX $OUTPOST_SANDBOX_NETWORK_DISABLED; echo x > /dev/null && echo devnull-ok; ulimit -c")
+	for _, want := range []string{"NoNewPrivs:\t1", "linuxSeccomp 1", "devnull-ok", "\n0\n"} {
+		if !strings.Contains(r.out, strings.ReplaceAll(strings.ReplaceAll(want, "\\t", "\t"), "\\n", "\n")) {
+			t.Errorf("output %q lacks %q", r.out, want)
+		}
+	}
+}
+
+func TestSandboxWorkspaceWriteAllowsTmpAndRefusesReplacingGit(t *testing.T) {
+	requireSandbox(t)
+	if !sandbox.Probe().MountNamespaces {
+		t.Skip("no user namespaces")
+	}
+	_, sess := newTestSession(t, NewLocalBackend())
+	cwd := dirOutsideTmp(t)
+	os.Mkdir(filepath.Join(cwd, ".git"), 0o755)
+	r := runSandboxed(t, sess, cwd, map[string]any{"mode": "workspace-write"}, nil, "/bin/sh", "-c", "f=$(mktemp /tmp/outpost-sb-XXXXXX) && echo tmp-ok && rm $f; rm -rf .git 2>&1; mv .git moved 2>&1; ln -s /tmp .git 2>&1; test -d .git && ! test -L .git && echo git-intact")
+	if !strings.Contains(r.out, "tmp-ok") || !strings.Contains(r.out, "git-intact") {
+		t.Fatalf("%+v", r)
+	}
+	if fi, err := os.Lstat(filepath.Join(cwd, ".git")); err != nil || !fi.IsDir() {
+		t.Fatal(".git was replaced")
+	}
+}
+
+func TestFullAccessRunsUnwrapped(t *testing.T) {
+	_, sess := newTestSession(t, NewLocalBackend())
+	r := runSandboxed(t, sess, t.TempDir(), map[string]any{"mode": "full-access"}, nil, "/bin/sh", "-c", "grep NoNewPrivs /proc/self/status")
+	if r.typ != sandbox.TypeNone || !strings.Contains(r.out, "NoNewPrivs:\t0") {
+		t.Fatalf("%+v", r)
+	}
+}
+
+func TestPathMappingTranslatesCwd(t *testing.T) {
+	real := t.TempDir()
+	cfg := DefaultConfig()
+	cfg.DefaultCwd = t.TempDir()
+	cfg.PathMappings = []pathmap.Mapping{{Client: "/workspace", Executor: real}}
+	srv, err := NewServer(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sess, _ := srv.newSession()
+	t.Cleanup(func() { srv.Shutdown(context.Background()) })
+	if _, err := sess.Start(context.Background(), protocol.ExecParams{ProcessID: "p", Argv: []string{"pwd"}, Cwd: "file:///workspace", Env: map[string]string{"PATH": "/bin:/usr/bin"}}); err != nil {
+		t.Fatal(err)
+	}
+	got := output(collect(t, sess.lookup("p").proc), "")
+	want, _ := filepath.EvalSymlinks(real)
+	if strings.TrimSpace(got) != want {
+		t.Fatalf("pwd %q, want %q", got, want)
 	}
 }

@@ -27,6 +27,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/outpost-exec/outpost/pathmap"
 	"github.com/outpost-exec/outpost/protocol"
 	"github.com/outpost-exec/outpost/sandbox"
 )
@@ -58,6 +59,11 @@ type Config struct {
 	// SandboxCaps reports what this machine can enforce (default:
 	// sandbox.Probe, run once).
 	SandboxCaps func() sandbox.Capabilities
+	// SandboxLimits are the resource limits of sandboxed commands.
+	SandboxLimits sandbox.Limits
+	// PathMappings translate client path prefixes to executor ones
+	// (client /workspace → executor /srv/ws/42) for cwd and sandbox roots.
+	PathMappings []pathmap.Mapping
 }
 
 // DefaultConfig returns the default configuration with a LocalBackend.
@@ -75,6 +81,7 @@ func DefaultConfig() Config {
 		BaseEnv:                os.Environ(),
 		Version:                "dev",
 		SandboxCaps:            sandbox.Probe,
+		SandboxLimits:          sandbox.DefaultLimits(),
 	}
 }
 
@@ -108,10 +115,15 @@ type Server struct {
 	cfg Config
 	log *zap.Logger
 
+	mapper *pathmap.Mapper
+
 	mu       sync.Mutex
 	sessions map[string]*Session
 	closing  bool
 }
+
+// translate maps a client path (URI or absolute) to a native path.
+func (s *Server) translate(p string) (string, error) { return s.mapper.ToExecutor(p) }
 
 // NewServer validates cfg and returns a Server.
 func NewServer(cfg Config) (*Server, error) {
@@ -130,7 +142,11 @@ func NewServer(cfg Config) (*Server, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return &Server{cfg: cfg, log: cfg.Logger, sessions: make(map[string]*Session)}, nil
+	mapper, err := pathmap.NewMapper(cfg.PathMappings...)
+	if err != nil {
+		return nil, fmt.Errorf("executor: path mappings: %w", err)
+	}
+	return &Server{cfg: cfg, log: cfg.Logger, sessions: make(map[string]*Session), mapper: mapper}, nil
 }
 
 // Config returns the server's configuration.

@@ -155,7 +155,7 @@ func (s *Session) validateStart(p *protocol.ExecParams) error {
 
 // prepare turns start params into a Spec on this machine.
 func (s *Session) prepare(p *protocol.ExecParams) (Spec, error) {
-	dir, err := NativeDir(p.Cwd, s.srv.cfg.DefaultCwd)
+	dir, err := NativeDir(p.Cwd, s.srv.cfg.DefaultCwd, s.srv.translate)
 	if err != nil {
 		if errors.Is(err, ErrForeignPath) {
 			return Spec{}, protocol.Errorf(protocol.CodeInvalidParams, "cwd URI `%s` is not valid on this exec-server host: %v", p.Cwd, err)
@@ -188,7 +188,7 @@ func (s *Session) sandboxed(p *protocol.ExecParams, spec Spec) (Spec, error) {
 		return Spec{}, protocol.Errorf(protocol.CodeInvalidParams, "invalid params for process/start: %v", err)
 	}
 	caps := s.srv.cfg.SandboxCaps()
-	prep, err := sandbox.Prepare(sandbox.Request{Argv: spec.Argv, Arg0: spec.Arg0, Dir: spec.Dir, Env: spec.Env, Policy: policy}, caps)
+	prep, err := sandbox.Prepare(sandbox.Request{Argv: spec.Argv, Arg0: spec.Arg0, Dir: spec.Dir, Env: spec.Env, Policy: policy, Limits: s.srv.cfg.SandboxLimits, Translate: s.srv.translate}, caps)
 	if err != nil {
 		if errors.Is(err, sandbox.ErrCannotEnforce) {
 			return Spec{}, protocol.Errorf(protocol.CodeInvalidRequest, "%v", err)
@@ -196,7 +196,7 @@ func (s *Session) sandboxed(p *protocol.ExecParams, spec Spec) (Spec, error) {
 		return Spec{}, protocol.Errorf(protocol.CodeInvalidParams, "invalid params for process/start: %v", err)
 	}
 	spec.Argv, spec.Arg0, spec.Env, spec.Path = prep.Argv, prep.Arg0, prep.Env, prep.Path
-	spec.Sandboxed, spec.UserNamespace = true, prep.UserNamespace
+	spec.Sandboxed, spec.UserNamespace, spec.SandboxType = prep.SandboxType == sandbox.TypeLinux, prep.UserNamespace, prep.SandboxType
 	return spec, nil
 }
 
@@ -252,11 +252,7 @@ func (s *Session) Start(ctx context.Context, p protocol.ExecParams) (protocol.St
 	}
 	s.mu.Unlock()
 	go s.evictAfterClose(id, entry)
-	res := protocol.StartResult{ProcessID: id}
-	if spec.Sandboxed {
-		res.SandboxType = sandbox.TypeLinux
-	}
-	return res, nil
+	return protocol.StartResult{ProcessID: id, SandboxType: spec.SandboxType}, nil
 }
 
 func (s *Session) evictAfterClose(id string, e *procEntry) {

@@ -64,6 +64,9 @@ func HelperMain() {
 			fail("landlock: %v", err)
 		}
 	}
+	if err := applyLimits(sp.Limits); err != nil {
+		fail("%v", err)
+	}
 	dropCapabilities(sp)
 	if err := InstallSeccomp(SeccompOptions{DenyNetwork: !sp.Network}); err != nil {
 		fail("seccomp: %v", err)
@@ -126,11 +129,44 @@ func applyMounts(sp spec) error {
 	return nil
 }
 
+// applyLimits sets the command's resource limits; core dumps are off.
+func applyLimits(l Limits) error {
+	set := func(name string, res int, v uint64) error {
+		if err := unix.Setrlimit(res, &unix.Rlimit{Cur: v, Max: v}); err != nil {
+			return fmt.Errorf("setting %s to %d: %w", name, v, err)
+		}
+		return nil
+	}
+	if err := set("RLIMIT_CORE", unix.RLIMIT_CORE, 0); err != nil {
+		return err
+	}
+	if l.OpenFiles > 0 {
+		if err := set("RLIMIT_NOFILE", unix.RLIMIT_NOFILE, l.OpenFiles); err != nil {
+			return err
+		}
+	}
+	if l.FileSize > 0 {
+		if err := set("RLIMIT_FSIZE", unix.RLIMIT_FSIZE, l.FileSize); err != nil {
+			return err
+		}
+	}
+	if l.Processes > 0 {
+		if err := set("RLIMIT_NPROC", unix.RLIMIT_NPROC, l.Processes); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // dropCapabilities removes, from the bounding set, the capabilities a
 // command running as root could use to undo the sandbox's mounts or reach
 // around it.
 func dropCapabilities(sp spec) {
-	caps := []uintptr{unix.CAP_SYS_ADMIN, unix.CAP_SYS_PTRACE, unix.CAP_SYS_MODULE, unix.CAP_SYS_RAWIO}
+	// Landlock does not cover chmod, chown or xattrs, so a root command
+	// must not keep the capabilities that bypass file ownership either.
+	caps := []uintptr{unix.CAP_SYS_ADMIN, unix.CAP_SYS_PTRACE, unix.CAP_SYS_MODULE, unix.CAP_SYS_RAWIO,
+		unix.CAP_CHOWN, unix.CAP_FOWNER, unix.CAP_FSETID, unix.CAP_MKNOD, unix.CAP_SETFCAP,
+		unix.CAP_LINUX_IMMUTABLE, unix.CAP_DAC_OVERRIDE, unix.CAP_DAC_READ_SEARCH, unix.CAP_SYS_CHROOT, unix.CAP_SYS_BOOT}
 	if !sp.Network {
 		caps = append(caps, unix.CAP_NET_ADMIN, unix.CAP_NET_RAW)
 	}

@@ -69,4 +69,18 @@ func ParsePolicy(data []byte) (Policy, error) {
 // DenialMarkers are lower-case phrases that, in the output of a sandboxed
 // command that failed, mark the failure as a likely sandbox denial. The
 // output is never replaced; the flag only classifies it.
-var DenialMarkers = []string{"permission denied", "operation not permitted", "read-only file system", "outpost-sandbox:"}
+var DenialMarkers = []string{"permission denied", "operation not permitted", "read-only file system"}
+
+// LikelyDenied classifies a sandboxed command's exit: never for exit 0,
+// nor 126/127 (could not execute / not found — the helper's own setup
+// failures exit 126 too); always for death by SIGSYS (128+31); otherwise
+// when its output holds a denial marker.
+func LikelyDenied(exitCode int32, outputContains func(markers ...string) bool) bool {
+	switch exitCode {
+	case 0, 126, 127:
+		return false
+	case 128 + 31:
+		return true
+	}
+	return outputContains(DenialMarkers...)
+}

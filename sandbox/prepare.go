@@ -19,8 +19,11 @@ const HelperName = "outpost-sandbox"
 // it before running the command.
 const helperPolicyEnv = "OUTPOST_SANDBOX_SPEC"
 
-// TypeLinux is the sandbox type reported for commands run by the helper.
-const TypeLinux = "linuxSeccomp"
+// Sandbox types reported in process/start results.
+const (
+	TypeLinux = "linuxSeccomp" // run by the helper
+	TypeNone  = "none"         // full access: run as is
+)
 
 // ErrCannotEnforce prefixes every refusal to run a sandboxed command.
 var ErrCannotEnforce = errors.New("sandbox cannot be enforced on this executor")
@@ -35,7 +38,32 @@ type Request struct {
 	Policy Policy
 	// ProjectRoots are the workspace roots (default [Dir]).
 	ProjectRoots []string
+	// Translate maps client paths in the policy to native ones.
+	Translate func(string) (string, error)
+	// Limits are the resource limits of the sandboxed command.
+	Limits Limits
 }
+
+// Limits are per-command resource limits (0 = leave as inherited). Core
+// dumps are always off in the sandbox.
+type Limits struct {
+	OpenFiles uint64 // RLIMIT_NOFILE
+	FileSize  uint64 // RLIMIT_FSIZE, bytes
+	Processes uint64 // RLIMIT_NPROC (per user!)
+}
+
+// DefaultLimits are the limits unless the executor is configured
+// otherwise.
+func DefaultLimits() Limits {
+	return Limits{OpenFiles: 4096, FileSize: 16 << 30, Processes: 0}
+}
+
+// Env markers set for sandboxed commands.
+const (
+	EnvSandbox                = "OUTPOST_SANDBOX"
+	EnvSandboxNetworkOff      = "OUTPOST_SANDBOX_NETWORK_DISABLED"
+	EnvCodexSandboxNetworkOff = "CODEX_SANDBOX_NETWORK_DISABLED"
+)
 
 // Prepared is a request rewritten to run under the helper.
 type Prepared struct {
@@ -60,6 +88,7 @@ type spec struct {
 	Protected []string `json:"protected"`
 	FullWrite bool     `json:"fullWrite"`
 	Arg0      string   `json:"arg0,omitempty"`
+	Limits    Limits   `json:"limits"`
 	// MountNamespace says the executor started the helper in its own
 	// user and mount namespace.
 	MountNamespace bool `json:"mountNamespace,omitempty"`
@@ -99,11 +128,15 @@ func Prepare(req Request, caps Capabilities) (Prepared, error) {
 	if len(roots) == 0 {
 		roots = []string{req.Dir}
 	}
-	res, err := req.Policy.Resolve(Env{Cwd: req.Dir, ProjectRoots: roots})
+	res, err := req.Policy.Resolve(Env{Cwd: req.Dir, ProjectRoots: roots, Translate: req.Translate})
 	if err != nil {
 		return Prepared{}, err
 	}
-	sp := spec{Network: res.Network, FullWrite: res.FullWrite(), Protected: res.Protected, Arg0: req.Arg0}
+	if res.FullWrite() && res.Network {
+		// Full access: nothing to enforce, so nothing to wrap.
+		return Prepared{Argv: req.Argv, Arg0: req.Arg0, Dir: req.Dir, Env: req.Env, SandboxType: TypeNone, Resolved: res}, nil
+	}
+	sp := spec{Network: res.Network, FullWrite: res.FullWrite(), Protected: res.Protected, Arg0: req.Arg0, Limits: req.Limits}
 	for _, e := range res.Entries {
 		switch e.Access {
 		case AccessRead:
@@ -130,6 +163,10 @@ func Prepare(req Request, caps Capabilities) (Prepared, error) {
 		return Prepared{}, err
 	}
 	env := append([]string{helperPolicyEnv + "=" + string(data)}, withoutPolicyEnv(req.Env)...)
+	env = append(env, EnvSandbox+"="+TypeLinux)
+	if !sp.Network {
+		env = append(env, EnvSandboxNetworkOff+"=1", EnvCodexSandboxNetworkOff+"=1")
+	}
 	return Prepared{
 		Argv:          append([]string{HelperName, "--"}, req.Argv...),
 		Arg0:          HelperName,
@@ -243,6 +280,6 @@ func landlockMeaning(abi int) string {
 	case abi < 4:
 		return "filesystem incl. truncate; no network rules"
 	default:
-		return "filesystem and TCP bind/connect"
+		return "filesystem and TCP bind/connect; MPTCP and Unix socket files are left to seccomp and file permissions"
 	}
 }

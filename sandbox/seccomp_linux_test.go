@@ -158,7 +158,8 @@ func runSeccompOp(op string) string {
 		_, _, errno := unix.RawSyscall(unix.SYS_PTRACE, unix.PTRACE_TRACEME, 0, 0)
 		return errnoResult(errnoOrNil(errno))
 	case "process-vm-readv", "process-vm-writev":
-		src := []byte("seccomp")
+		src := make([]byte, 7)
+		copy(src, "seccomp") // writable: a []byte literal may live in read-only data
 		dst := make([]byte, len(src))
 		local := []unix.Iovec{{Base: &dst[0]}}
 		local[0].SetLen(len(dst))
@@ -202,7 +203,7 @@ func runSeccompOp(op string) string {
 		// The exec'd program is this test binary again, started through
 		// sh -c, and it does not install a filter itself.
 		cmd := exec.Command("/bin/sh", "-c", `exec "$0" -test.run='^TestSeccompHelperProcess$'`, os.Args[0])
-		cmd.Env = append(os.Environ(), envSeccompOp+"=socket-inet-stream", envSeccompFilter+"=none")
+		cmd.Env = append(os.Environ(), envSeccompOp+"=socket-inet-stream", envSeccompFilter+"=none", helperGORACE())
 		out, err := cmd.Output()
 		if err != nil {
 			return fmt.Sprintf("error: %v (output %q)", err, out)
@@ -359,7 +360,7 @@ type helperOpts struct {
 func runSeccompHelper(t *testing.T, filter, op string, ho helperOpts) string {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^TestSeccompHelperProcess$")
-	cmd.Env = append(os.Environ(), envSeccompOp+"="+op, envSeccompFilter+"="+filter)
+	cmd.Env = append(os.Environ(), envSeccompOp+"="+op, envSeccompFilter+"="+filter, helperGORACE())
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	if ho.tty != nil {
@@ -401,6 +402,7 @@ func expectHelper(t *testing.T, filter, op, want string, ho helperOpts) {
 }
 
 func TestSeccompDenyNetworkBlocksNonUnixSockets(t *testing.T) {
+	t.Parallel()
 	requireSeccomp(t)
 	for _, op := range []string{
 		"socket-inet-stream", "socket-inet6-dgram", "socket-netlink", "socket-packet",
@@ -411,6 +413,7 @@ func TestSeccompDenyNetworkBlocksNonUnixSockets(t *testing.T) {
 }
 
 func TestSeccompDenyNetworkStillAllowsUnixSockets(t *testing.T) {
+	t.Parallel()
 	requireSeccomp(t)
 	for _, op := range []string{"socket-unix", "socketpair-unix"} {
 		t.Run(op, func(t *testing.T) { expectHelper(t, "denynet", op, "ok", helperOpts{}) })
@@ -418,6 +421,7 @@ func TestSeccompDenyNetworkStillAllowsUnixSockets(t *testing.T) {
 }
 
 func TestSeccompWithoutDenyNetworkAllowsInetSockets(t *testing.T) {
+	t.Parallel()
 	requireSeccomp(t)
 	for _, op := range []string{"socket-inet-stream", "socket-inet6-dgram"} {
 		t.Run(op, func(t *testing.T) {
@@ -431,11 +435,13 @@ func TestSeccompWithoutDenyNetworkAllowsInetSockets(t *testing.T) {
 }
 
 func TestSeccompDeniesPtraceTraceme(t *testing.T) {
+	t.Parallel()
 	requireSeccomp(t)
 	expectHelper(t, "base", "ptrace-traceme", "EPERM", helperOpts{})
 }
 
 func TestSeccompDeniesProcessVMReadvWritev(t *testing.T) {
+	t.Parallel()
 	requireSeccomp(t)
 	for _, op := range []string{"process-vm-readv", "process-vm-writev"} {
 		t.Run(op, func(t *testing.T) {
@@ -448,6 +454,7 @@ func TestSeccompDeniesProcessVMReadvWritev(t *testing.T) {
 }
 
 func TestSeccompDeniesIoUring(t *testing.T) {
+	t.Parallel()
 	requireSeccomp(t)
 	for _, op := range []string{"io-uring-setup", "io-uring-enter", "io-uring-register"} {
 		t.Run(op, func(t *testing.T) {
@@ -463,6 +470,7 @@ func TestSeccompDeniesIoUring(t *testing.T) {
 }
 
 func TestSeccompDeniesTIOCSTIAndTIOCLINUXOnPty(t *testing.T) {
+	t.Parallel()
 	requireSeccomp(t)
 	for _, op := range []string{"tiocsti", "tiocsti-highbits", "tioclinux", "tiocgwinsz"} {
 		t.Run(op, func(t *testing.T) {
@@ -487,16 +495,19 @@ func TestSeccompDeniesTIOCSTIAndTIOCLINUXOnPty(t *testing.T) {
 }
 
 func TestSeccompFilteredChildCanStillExecTrue(t *testing.T) {
+	t.Parallel()
 	requireSeccomp(t)
 	expectHelper(t, "denynet", "exec-true", "ok", helperOpts{})
 }
 
 func TestSeccompTSyncFiltersAllGoThreads(t *testing.T) {
+	t.Parallel()
 	requireSeccomp(t)
 	expectHelper(t, "denynet", "tsync", "ok", helperOpts{})
 }
 
 func TestSeccompFilterSurvivesExecve(t *testing.T) {
+	t.Parallel()
 	requireSeccomp(t)
 	if _, err := os.Stat("/bin/sh"); err != nil {
 		t.Skip("/bin/sh not available")
@@ -507,6 +518,7 @@ func TestSeccompFilterSurvivesExecve(t *testing.T) {
 }
 
 func TestSeccompDeniesX32ABIBypass(t *testing.T) {
+	t.Parallel()
 	requireSeccomp(t)
 	if runtime.GOARCH != "amd64" {
 		t.Skip("x32 ABI exists only on x86_64")
@@ -517,6 +529,7 @@ func TestSeccompDeniesX32ABIBypass(t *testing.T) {
 }
 
 func TestSeccompDeniesI386CompatBypass(t *testing.T) {
+	t.Parallel()
 	requireSeccomp(t)
 	if runtime.GOARCH != "amd64" {
 		t.Skip("int $0x80 probe is x86_64-only")
@@ -577,6 +590,7 @@ func runBPF(t *testing.T, prog []unix.SockFilter, d seccompData) uint32 {
 // TestSeccompProgramDecisions checks the generated program without
 // installing it, including inputs a live test cannot easily produce.
 func TestSeccompProgramDecisions(t *testing.T) {
+	t.Parallel()
 	arch, hasX32, err := nativeAuditArch()
 	if err != nil {
 		t.Fatal(err)
@@ -623,4 +637,11 @@ func TestSeccompProgramDecisions(t *testing.T) {
 			t.Errorf("%s: got %#x, want %#x", c.name, got, c.want)
 		}
 	}
+}
+
+// helperGORACE disables the race runtime's default 1 s sleep at exit
+// (atexit_sleep_ms), which would otherwise dominate every helper run under
+// -race; it is ignored by binaries built without the race detector.
+func helperGORACE() string {
+	return strings.TrimSpace("GORACE=" + os.Getenv("GORACE") + " atexit_sleep_ms=0")
 }
