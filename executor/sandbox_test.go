@@ -351,3 +351,43 @@ func TestPathMappingTranslatesCwd(t *testing.T) {
 		t.Fatalf("pwd %q, want %q", got, want)
 	}
 }
+
+func TestSandboxPIDNamespaceHidesOtherProcessesAndKeepsSignals(t *testing.T) {
+	requireSandbox(t)
+	if !sandbox.Probe().MountNamespaces {
+		t.Skip("no user namespaces")
+	}
+	_, sess := newTestSession(t, NewLocalBackend())
+	cwd := t.TempDir()
+	r := runSandboxed(t, sess, cwd, map[string]any{"mode": "read-only"}, nil, "/bin/sh", "-c", "ls /proc | grep -c '^[0-9]'")
+	if n := strings.TrimSpace(r.out); n == "" || len(n) > 1 {
+		t.Fatalf("the sandbox sees %q processes; want a handful of its own", r.out)
+	}
+	id := fmt.Sprintf("sig-%d", newID())
+	policy := map[string]any{"mode": "read-only"}
+	if _, err := sess.Start(context.Background(), protocol.ExecParams{ProcessID: id, Argv: []string{"/bin/sh", "-c", `trap 'echo signal:2; exit 7' INT; echo ready; while :; do sleep 0.01; done`}, Cwd: cwd, Env: map[string]string{"PATH": "/usr/bin:/bin"}, Sandbox: policy}); err != nil {
+		t.Fatal(err)
+	}
+	proc := sess.lookup(id).proc
+	waitOutput(t, proc, "ready")
+	if err := proc.Signal(protocol.SignalInterrupt); err != nil {
+		t.Fatal(err)
+	}
+	evs := collect(t, proc)
+	if !strings.Contains(output(evs, ""), "signal:2") || exitCode(t, evs) != 7 {
+		t.Fatalf("interrupt in the sandbox: %s", summarize(evs))
+	}
+	id = fmt.Sprintf("term-%d", newID())
+	if _, err := sess.Start(context.Background(), protocol.ExecParams{ProcessID: id, Argv: []string{"/bin/sh", "-c", "echo ready; exec sleep 60"}, Cwd: cwd, Env: map[string]string{"PATH": "/usr/bin:/bin"}, Sandbox: policy}); err != nil {
+		t.Fatal(err)
+	}
+	proc = sess.lookup(id).proc
+	// A TERM that arrives while the helper is still setting up is lost
+	// (the namespace's init ignores it) and the KILL after the grace
+	// does the job; once the command runs, TERM reaches it.
+	waitOutput(t, proc, "ready")
+	proc.Terminate()
+	if code := exitCode(t, collect(t, proc)); code != 128+15 {
+		t.Fatalf("terminated sandboxed sleep exited %d, want 143", code)
+	}
+}

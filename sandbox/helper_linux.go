@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -83,8 +84,51 @@ func HelperMain() {
 	if sp.Arg0 != "" {
 		argv[0] = sp.Arg0
 	}
+	if sp.MountNamespace && os.Getpid() == 1 {
+		os.Exit(runAsInit(path, argv, fail))
+	}
 	err := syscall.Exec(path, argv, os.Environ())
 	fail("exec %s: %v", path, err)
+}
+
+// runAsInit runs the command as the only child of this helper, the init
+// of the command's PID namespace: it reaps orphans, and returns the
+// command's exit status (128+n for a signal) once the command exits — the
+// kernel then ends whatever else is left in the namespace. Signals sent
+// to the process group reach the command directly; the helper catches
+// (rather than ignores, which the command would inherit) and drops them.
+func runAsInit(path string, argv []string, fail func(string, ...any)) int {
+	sigs := make(chan os.Signal, 16)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGUSR1, syscall.SIGUSR2, syscall.SIGWINCH)
+	go func() {
+		for range sigs {
+		}
+	}()
+	pid, err := syscall.ForkExec(path, argv, &syscall.ProcAttr{
+		Env:   os.Environ(),
+		Files: []uintptr{0, 1, 2},
+		Sys:   &syscall.SysProcAttr{Foreground: false},
+	})
+	if err != nil {
+		fail("exec %s: %v", path, err)
+	}
+	for {
+		var ws syscall.WaitStatus
+		wpid, err := syscall.Wait4(-1, &ws, 0, nil)
+		if err == syscall.EINTR {
+			continue
+		}
+		if err != nil {
+			return helperExitCode
+		}
+		if wpid != pid {
+			continue // an orphan, reaped
+		}
+		if ws.Signaled() {
+			return 128 + int(ws.Signal())
+		}
+		return ws.ExitStatus()
+	}
 }
 
 // applyMounts makes protected sub-paths read-only and hides "none" paths,
@@ -92,9 +136,6 @@ func HelperMain() {
 // namespace. Outside one, it does nothing (the capability report says
 // protected sub-paths are not enforced).
 func applyMounts(sp spec) error {
-	if len(sp.Protected) == 0 && len(sp.None) == 0 {
-		return nil
-	}
 	if !sp.MountNamespace {
 		if len(sp.None) > 0 {
 			return errors.New("paths with access none need a mount namespace, which this helper does not have")
@@ -111,6 +152,10 @@ func applyMounts(sp spec) error {
 		if err := unix.Mount("", p, "", unix.MS_BIND|unix.MS_REMOUNT|unix.MS_RDONLY|unix.MS_REC, ""); err != nil {
 			return fmt.Errorf("protecting %s read-only: %w", p, err)
 		}
+	}
+	// A /proc of the command's own PID namespace.
+	if err := unix.Mount("proc", "/proc", "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
+		return fmt.Errorf("mounting /proc for the PID namespace: %w", err)
 	}
 	for _, p := range sp.None {
 		fi, err := os.Stat(p)
@@ -183,7 +228,7 @@ func canUnshareMount() bool {
 	return cmd.Run() == nil
 }
 
-// UserNamespaceAttr adds a user and mount namespace, mapping this
+// UserNamespaceAttr adds a user, mount and PID namespace, mapping this
 // process's uid and gid to themselves, to attr.
 func UserNamespaceAttr(attr *syscall.SysProcAttr) *syscall.SysProcAttr {
 	return userNamespaceAttr(attr)
@@ -191,7 +236,7 @@ func UserNamespaceAttr(attr *syscall.SysProcAttr) *syscall.SysProcAttr {
 
 func userNamespaceAttr(attr *syscall.SysProcAttr) *syscall.SysProcAttr {
 	uid, gid := os.Getuid(), os.Getgid()
-	attr.Cloneflags |= unix.CLONE_NEWUSER | unix.CLONE_NEWNS
+	attr.Cloneflags |= unix.CLONE_NEWUSER | unix.CLONE_NEWNS | unix.CLONE_NEWPID
 	attr.UidMappings = []syscall.SysProcIDMap{{ContainerID: uid, HostID: uid, Size: 1}}
 	attr.GidMappings = []syscall.SysProcIDMap{{ContainerID: gid, HostID: gid, Size: 1}}
 	attr.GidMappingsEnableSetgroups = false

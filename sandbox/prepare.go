@@ -90,7 +90,8 @@ type spec struct {
 	Arg0      string   `json:"arg0,omitempty"`
 	Limits    Limits   `json:"limits"`
 	// MountNamespace says the executor started the helper in its own
-	// user and mount namespace.
+	// user, mount and PID namespace; the helper is then the namespace's
+	// init.
 	MountNamespace bool `json:"mountNamespace,omitempty"`
 }
 
@@ -150,7 +151,7 @@ func Prepare(req Request, caps Capabilities) (Prepared, error) {
 	if reason := caps.cannotEnforce(sp); reason != "" {
 		return Prepared{}, fmt.Errorf("%w: %s", ErrCannotEnforce, reason)
 	}
-	sp.MountNamespace = (len(sp.Protected) > 0 || len(sp.None) > 0) && !sp.FullWrite && caps.MountNamespaces
+	sp.MountNamespace = caps.MountNamespaces
 	if len(sp.None) > 0 && !sp.MountNamespace && !sp.FullWrite {
 		return Prepared{}, fmt.Errorf("%w: paths with access none need user namespaces, which this machine does not allow", ErrCannotEnforce)
 	}
@@ -257,11 +258,12 @@ func (c Capabilities) Report() []string {
 		enforced = append(enforced, "network off: TCP bind/connect denied (Landlock)")
 	}
 	if c.MountNamespaces {
-		enforced = append(enforced, "protected sub-paths (.git, .outpost, .agents, .codex) read-only (mount namespace)")
+		enforced = append(enforced, "protected sub-paths (.git, .outpost, .agents, .codex) read-only (mount namespace)",
+			"a PID namespace per command with its own /proc (other processes are invisible)")
 	} else {
-		notEnforced = append(notEnforced, "protected sub-paths inside writable roots are NOT enforced (no user namespaces)")
+		notEnforced = append(notEnforced, "protected sub-paths inside writable roots are NOT enforced (no user namespaces)",
+			"no PID namespace: commands can see other processes of the same user")
 	}
-	notEnforced = append(notEnforced, "PID namespace: not used (processes can see other processes of the same user)")
 	for _, e := range enforced {
 		lines = append(lines, "enforced: "+e)
 	}
