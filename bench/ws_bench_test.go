@@ -16,6 +16,7 @@ import (
 	"github.com/outpost-exec/outpost/identity"
 	"github.com/outpost-exec/outpost/internal/peers"
 	"github.com/outpost-exec/outpost/protocol"
+	"github.com/outpost-exec/outpost/sandbox"
 )
 
 // throughputBytes is what one process writes in the throughput benchmark.
@@ -35,13 +36,19 @@ var benchKey = func() identity.Key {
 }()
 
 var (
-	setupOnce sync.Once
-	tg        targets
-	servers   []*peers.Server
-	tmpDir    string
+	outpostBin string
+	setupOnce  sync.Once
+	tg         targets
+	servers    []*peers.Server
+	tmpDir     string
 )
 
 func TestMain(m *testing.M) {
+	// The sandbox benchmark's executor re-executes this binary as its
+	// sandbox helper.
+	if sandbox.IsHelper() {
+		sandbox.HelperMain()
+	}
 	code := m.Run()
 	for _, s := range servers {
 		s.Stop()
@@ -65,6 +72,7 @@ func setup(b *testing.B) targets {
 		if err != nil {
 			b.Fatal(err)
 		}
+		outpostBin = bin
 		s, err := peers.StartOutpost(ctx, bin)
 		if err != nil {
 			b.Fatal(err)

@@ -193,15 +193,17 @@ func withoutPolicyEnv(env []string) []string {
 // Capabilities is what this machine can enforce.
 type Capabilities struct {
 	OS              string
+	Kernel          string
 	LandlockABI     int
 	Seccomp         bool
-	MountNamespaces bool // unprivileged user + mount namespaces
+	MountNamespaces bool   // user + mount + PID namespaces for the helper
+	Cgroup          string // "v2 (writable)", "v2 (read-only)", "v1", "none"
 }
 
 // Probe inspects the machine once.
 func Probe() Capabilities {
 	probeOnce.Do(func() {
-		probed = Capabilities{OS: runtime.GOOS, LandlockABI: LandlockABI(), Seccomp: SeccompSupported(), MountNamespaces: canUnshareMount()}
+		probed = Capabilities{OS: runtime.GOOS, Kernel: kernelRelease(), LandlockABI: LandlockABI(), Seccomp: SeccompSupported(), MountNamespaces: canUnshareMount(), Cgroup: cgroupVersion()}
 	})
 	return probed
 }
@@ -230,6 +232,48 @@ func (c Capabilities) cannotEnforce(sp spec) string {
 	return ""
 }
 
+// Check reports whether policy can be enforced here (nil if it can).
+func (c Capabilities) Check(policy Policy) error {
+	dir, err := os.Getwd()
+	if err != nil {
+		dir = "/"
+	}
+	_, err = Prepare(Request{Argv: []string{"/bin/true"}, Dir: dir, Policy: policy}, c)
+	return err
+}
+
+func kernelRelease() string {
+	b, err := os.ReadFile("/proc/sys/kernel/osrelease")
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(b))
+}
+
+func cgroupVersion() string {
+	if _, err := os.Stat("/sys/fs/cgroup/cgroup.controllers"); err == nil {
+		if unixAccessW("/sys/fs/cgroup") {
+			return "v2 (writable)"
+		}
+		return "v2 (read-only)"
+	}
+	if _, err := os.Stat("/sys/fs/cgroup/memory"); err == nil {
+		return "v1"
+	}
+	return "none"
+}
+
+func unixAccessW(path string) bool {
+	f, err := os.CreateTemp(path, ".outpost-probe-")
+	if err != nil {
+		return false
+	}
+	name := f.Name()
+	f.Close()
+	os.Remove(name)
+	return true
+}
+
 // Report describes the capabilities for people (outpost executor doctor).
 func (c Capabilities) Report() []string {
 	yes := func(b bool) string {
@@ -239,7 +283,8 @@ func (c Capabilities) Report() []string {
 		return "no"
 	}
 	lines := []string{
-		"os: " + c.OS,
+		"os: " + c.OS + " " + c.Kernel,
+		"cgroup: " + c.Cgroup + " (per-command cgroups are not used yet: resource limits are rlimits)",
 		fmt.Sprintf("landlock: ABI %d (%s)", c.LandlockABI, landlockMeaning(c.LandlockABI)),
 		"seccomp filters: " + yes(c.Seccomp),
 		"user+mount namespaces: " + yes(c.MountNamespaces),

@@ -75,10 +75,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		case "serve":
 			return cmdExecutorServe(args[2:], stdout, stderr)
 		case "doctor":
-			for _, line := range sandbox.Probe().Report() {
-				fmt.Fprintln(stdout, line)
-			}
-			return 0
+			return cmdDoctor(args[2:], stdout, stderr)
 		}
 		fmt.Fprintf(stderr, "outpost executor: unknown command %q\n", args[1])
 		return 2
@@ -256,4 +253,31 @@ func connectionToken() (string, error) {
 		}
 	}
 	return "", nil
+}
+
+// cmdDoctor prints what this machine can enforce and, with --sandbox,
+// whether that policy is fully enforceable (exit 1 if not).
+func cmdDoctor(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("outpost executor doctor", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	mode := fs.String("sandbox", "workspace-write", "policy to check: read-only, workspace-write or full-access")
+	network := fs.Bool("network", false, "the policy allows network access")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	m, err := sandbox.ParseMode(*mode)
+	if err != nil {
+		fmt.Fprintln(stderr, "outpost:", err)
+		return 2
+	}
+	caps := sandbox.Probe()
+	for _, line := range caps.Report() {
+		fmt.Fprintln(stdout, line)
+	}
+	if err := caps.Check(sandbox.Policy{Mode: m, Network: *network}); err != nil {
+		fmt.Fprintf(stdout, "policy %s (network %v): NOT enforceable: %v\n", m, *network, err)
+		return 1
+	}
+	fmt.Fprintf(stdout, "policy %s (network %v): enforceable\n", m, *network)
+	return 0
 }

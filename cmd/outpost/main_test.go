@@ -215,3 +215,18 @@ func TestServeRefusesClientsOutsideTheAllowList(t *testing.T) {
 	}
 	env.Close()
 }
+
+func TestDoctorReportsWhatIsEnforced(t *testing.T) {
+	var out, errb bytes.Buffer
+	code := run([]string{"executor", "doctor", "--sandbox", "workspace-write"}, &out, &errb)
+	if !strings.Contains(out.String(), "landlock: ABI") || !strings.Contains(out.String(), "policy workspace-write") {
+		t.Fatalf("doctor output:\n%s", out.String())
+	}
+	enforceable := strings.Contains(out.String(), "): enforceable")
+	if (code == 0) != enforceable {
+		t.Fatalf("exit %d but output says enforceable=%v", code, enforceable)
+	}
+	if code := run([]string{"executor", "doctor", "--sandbox", "bogus"}, &out, &errb); code != 2 {
+		t.Fatalf("bad mode: exit %d", code)
+	}
+}
