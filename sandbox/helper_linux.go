@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"syscall"
 
@@ -29,6 +30,10 @@ func IsHelper() bool { return filepath.Base(os.Args[0]) == HelperName }
 // that could undo the mounts, the seccomp filter (last: it also restricts
 // what the setup itself may do), then execve.
 func HelperMain() {
+	// Every restriction below is applied to this thread only, which then
+	// execs the command (or forks it, as a PID namespace's init): cheaper
+	// than synchronising all the runtime's threads. Never unlocked.
+	runtime.LockOSThread()
 	fail := func(format string, args ...any) {
 		fmt.Fprintf(os.Stderr, "outpost-sandbox: "+format+"\n", args...)
 		os.Exit(helperExitCode)
@@ -60,6 +65,8 @@ func HelperMain() {
 			ReadOnly:  append(append([]string(nil), DefaultReadOnlySystemPaths()...), sp.ReadOnly...),
 			ReadWrite: append(append([]string(nil), DefaultReadWriteDevices()...), sp.ReadWrite...),
 			DenyTCP:   !sp.Network,
+
+			ThisThreadOnly: true,
 		}
 		if _, err := ApplyLandlock(rules); err != nil {
 			fail("landlock: %v", err)
@@ -69,7 +76,7 @@ func HelperMain() {
 		fail("%v", err)
 	}
 	dropCapabilities(sp)
-	if err := InstallSeccomp(SeccompOptions{DenyNetwork: !sp.Network}); err != nil {
+	if err := InstallSeccomp(SeccompOptions{DenyNetwork: !sp.Network, ThisThreadOnly: true}); err != nil {
 		fail("seccomp: %v", err)
 	}
 	path := args[0]

@@ -11,6 +11,7 @@ import (
 
 	"github.com/landlock-lsm/go-landlock/landlock"
 	llsys "github.com/landlock-lsm/go-landlock/landlock/syscall"
+	llsyscall "github.com/landlock-lsm/go-landlock/landlock/syscall"
 	"golang.org/x/sys/unix"
 )
 
@@ -36,6 +37,10 @@ type LandlockRules struct {
 	ReadWrite []string
 	// DenyTCP denies TCP bind and connect (needs Landlock ABI >= 4).
 	DenyTCP bool
+	// ThisThreadOnly restricts only the calling thread (which must hold
+	// runtime.LockOSThread for good and is about to execve) instead of
+	// every thread of the process.
+	ThisThreadOnly bool
 	// The best ABI the kernel has is always used ("best effort"); rights
 	// the kernel cannot restrict are reported in LandlockResult.Missing,
 	// never silently dropped.
@@ -227,7 +232,23 @@ func ApplyLandlock(r LandlockRules) (LandlockResult, error) {
 		}
 	}
 
-	if err := cfg.Restrict(rules...); err != nil {
+	if r.ThisThreadOnly {
+		// Only the calling (locked) thread, which is about to execve:
+		// no all-thread synchronisation needed.
+		fd, flags, err := cfg.NewRulesetFD(rules...)
+		if err != nil {
+			return res, fmt.Errorf("sandbox: landlock (ABI %d): %w", abi, err)
+		}
+		if fd >= 0 {
+			defer unix.Close(fd)
+			if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
+				return res, fmt.Errorf("sandbox: prctl(PR_SET_NO_NEW_PRIVS): %w", err)
+			}
+			if err := llsyscall.LandlockRestrictSelf(fd, flags); err != nil {
+				return res, fmt.Errorf("sandbox: landlock_restrict_self (ABI %d): %w", abi, err)
+			}
+		}
+	} else if err := cfg.Restrict(rules...); err != nil {
 		return res, fmt.Errorf("sandbox: landlock (ABI %d): %w", abi, err)
 	}
 	res.FilesystemEnforced = handled != 0

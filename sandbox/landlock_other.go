@@ -15,6 +15,10 @@ type LandlockRules struct {
 	ReadWrite []string // paths fully writable
 	// DenyTCP denies TCP bind and connect (needs Landlock ABI >= 4).
 	DenyTCP bool
+	// ThisThreadOnly restricts only the calling thread (which must hold
+	// runtime.LockOSThread for good and is about to execve) instead of
+	// every thread of the process.
+	ThisThreadOnly bool
 }
 
 // LandlockResult says what was enforced.

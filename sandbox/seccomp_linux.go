@@ -17,6 +17,10 @@ type SeccompOptions struct {
 	// DenyNetwork: socket() and socketpair() only for AF_UNIX (any other
 	// domain → EPERM); so no TCP/UDP/raw/netlink/packet socket can be created.
 	DenyNetwork bool
+	// ThisThreadOnly installs the filter on the calling thread only (no
+	// TSYNC): enough, and cheaper, when that thread is about to execve.
+	// The caller must hold runtime.LockOSThread and never release it.
+	ThisThreadOnly bool
 }
 
 // Offsets into struct seccomp_data (include/uapi/linux/seccomp.h):
@@ -237,8 +241,12 @@ func InstallSeccomp(opts SeccompOptions) error {
 	}
 
 	fprog := unix.SockFprog{Len: uint16(len(prog)), Filter: &prog[0]}
+	var flags uintptr = unix.SECCOMP_FILTER_FLAG_TSYNC
+	if opts.ThisThreadOnly {
+		flags = 0
+	}
 	r, _, errno := unix.RawSyscall(unix.SYS_SECCOMP,
-		unix.SECCOMP_SET_MODE_FILTER, unix.SECCOMP_FILTER_FLAG_TSYNC,
+		unix.SECCOMP_SET_MODE_FILTER, flags,
 		uintptr(unsafe.Pointer(&fprog)))
 	runtime.KeepAlive(prog)
 	if errno != 0 {

@@ -12,7 +12,8 @@ import (
 type SeccompOptions struct {
 	// DenyNetwork: socket() and socketpair() only for AF_UNIX (any other
 	// domain → EPERM); so no TCP/UDP/raw/netlink/packet socket can be created.
-	DenyNetwork bool
+	DenyNetwork    bool
+	ThisThreadOnly bool
 }
 
 // errSeccompUnsupported is returned by InstallSeccomp on platforms without a
