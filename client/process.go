@@ -37,12 +37,14 @@ const (
 
 // Event is one process event, delivered in seq order exactly once.
 type Event struct {
-	Kind     EventKind
-	Seq      uint64
-	Stream   protocol.Stream
-	Data     []byte
-	ExitCode int32
-	Err      error
+	Kind          EventKind
+	Seq           uint64
+	Stream        protocol.Stream
+	Data          []byte
+	ExitCode      int32
+	Signal        int32 // EventExited: the signal that killed it, 0 if none
+	SandboxDenied bool  // EventExited
+	Err           error
 }
 
 // ErrOutputLost says output was evicted on the executor before the client
@@ -62,6 +64,7 @@ type Process struct {
 	env    *Remote
 	id     string
 	events chan Event
+	pid    int
 
 	deliverMu sync.Mutex
 	reorder   *sync.Cond
@@ -86,6 +89,10 @@ func newProcess(env *Remote, id string) *Process {
 
 // ID is the process id within the session.
 func (p *Process) ID() string { return p.id }
+
+// Pid is the process's id (and process group) on the executor, 0 if the
+// executor does not say (codex).
+func (p *Process) Pid() int { return p.pid }
 
 // Events delivers the process's events in seq order, each once; it is
 // closed after EventClosed or EventFailed. Consume it, or call Wait, which

@@ -238,7 +238,7 @@ func readEvents(res protocol.ReadResult) []Event {
 		limit = res.Chunks[n-1].Seq + 1
 	}
 	if res.Exited && res.ExitSeq > 0 && res.ExitSeq < limit+1 && res.ExitCode != nil {
-		evs = append(evs, Event{Kind: EventExited, Seq: res.ExitSeq, ExitCode: *res.ExitCode})
+		evs = append(evs, Event{Kind: EventExited, Seq: res.ExitSeq, ExitCode: *res.ExitCode, SandboxDenied: res.SandboxDenied})
 	}
 	if res.Closed && res.CloseSeq > 0 && res.CloseSeq < limit+2 {
 		evs = append(evs, Event{Kind: EventClosed, Seq: res.CloseSeq})
@@ -276,7 +276,8 @@ func (r *Remote) route(method string, params transport.Params, block bool) {
 		if params.Decode(&n) != nil {
 			return
 		}
-		pid, ev = n.ProcessID, Event{Kind: EventExited, Seq: n.Seq, ExitCode: n.ExitCode}
+		denied := n.SandboxDenied != nil && *n.SandboxDenied
+		pid, ev = n.ProcessID, Event{Kind: EventExited, Seq: n.Seq, ExitCode: n.ExitCode, Signal: n.Signal, SandboxDenied: denied}
 	case protocol.MethodProcessClosed:
 		var n protocol.ClosedNotification
 		if params.Decode(&n) != nil {
@@ -365,6 +366,7 @@ func (r *Remote) Start(ctx context.Context, params protocol.ExecParams) (*Proces
 		r.forget(p)
 		return nil, err
 	}
+	p.pid = res.Pid
 	return p, nil
 }
 

@@ -245,7 +245,9 @@ func scenario(t *testing.T, url string) []observation {
 		return fmt.Sprint(m["id"])
 	}())
 
-	see("start reply", shape(w.call("process/start", start("p1", false, false, "/bin/sh", "-c", "printf out; printf err >&2; exit 7"))))
+	// outpost adds the pid; the fields codex sends must match.
+	startReply := w.call("process/start", start("p1", false, false, "/bin/sh", "-c", "printf out; printf err >&2; exit 7"))
+	see("start reply", fmt.Sprint(startReply["result"].(map[string]any)["processId"]))
 	see("events out/err/exit 7", events(w.untilClosed("p1")))
 	// Two pipes are read independently, so which of stdout and stderr is
 	// numbered first is a race on both servers; compare per stream.
@@ -263,7 +265,7 @@ func scenario(t *testing.T, url string) []observation {
 	see("empty argv", shape(w.call("process/start", start("e", false, false, []string{}...))))
 	see("empty writeId", shape(w.call("process/write", map[string]any{"processId": "p1", "chunk": "", "writeId": ""})))
 
-	see("tty start", shape(w.call("process/start", start("t1", true, false, "/bin/sh", "-c", "read l; echo from-stdin:$l"))))
+	see("tty start", fmt.Sprint(w.call("process/start", start("t1", true, false, "/bin/sh", "-c", "read l; echo from-stdin:$l"))["result"].(map[string]any)["processId"]))
 	see("tty write", shape(w.call("process/write", map[string]any{"processId": "t1", "chunk": b64("hello\n"), "writeId": "w1"})))
 	tty := events(w.untilClosed("t1"))
 	see("tty output", fmt.Sprint(strings.Contains(tty, "from-stdin:hello"), strings.Contains(tty, "pty=")))

@@ -40,6 +40,7 @@ type Event struct {
 	Stream        protocol.Stream // EventOutput only
 	Data          []byte          // EventOutput only
 	ExitCode      int32           // EventExited only
+	Signal        int32           // EventExited only: the signal that killed it, 0 if none
 	SandboxDenied bool            // EventExited only
 }
 
@@ -201,13 +202,17 @@ func (l *EventLog) StreamEOF() {
 }
 
 // Exit logs the exit event. Only the first call counts.
-func (l *EventLog) Exit(code int32, sandboxDenied bool) {
+func (l *EventLog) Exit(code int32, sandboxDenied bool) { l.ExitBySignal(code, 0, sandboxDenied) }
+
+// ExitBySignal logs the exit event of a process signal killed (signal 0:
+// it exited). Only the first exit counts.
+func (l *EventLog) ExitBySignal(code, signal int32, sandboxDenied bool) {
 	l.mu.Lock()
 	if l.exit != nil {
 		l.mu.Unlock()
 		return
 	}
-	l.exit = &Event{Kind: EventExited, Seq: l.nextSeq, ExitCode: code, SandboxDenied: sandboxDenied}
+	l.exit = &Event{Kind: EventExited, Seq: l.nextSeq, ExitCode: code, Signal: signal, SandboxDenied: sandboxDenied}
 	l.nextSeq++
 	notify := l.publishLocked()
 	notify = append(notify, l.maybeCloseLocked()...)

@@ -293,6 +293,9 @@ type localProcess struct {
 
 func (p *localProcess) Log() *EventLog { return p.log }
 
+// Pid is the child's process id (and process group).
+func (p *localProcess) Pid() int { return p.pgid }
+
 // outStream is one of the child's output streams as the pump reads it.
 // consumed counts bytes taken from the fd; the read syscall and the count
 // happen under mu, so at exit the waiter can tell exactly how many bytes
@@ -415,13 +418,13 @@ func (p *localProcess) awaitWrittenOutput() {
 
 func (p *localProcess) wait() {
 	err := p.cmd.Wait()
-	code := int32(-1)
+	code, sig := int32(-1), int32(0)
 	if st, ok := p.cmd.ProcessState.Sys().(syscall.WaitStatus); ok {
 		switch {
 		case st.Exited():
 			code = int32(st.ExitStatus())
 		case st.Signaled():
-			code = 128 + int32(st.Signal())
+			code, sig = 128+int32(st.Signal()), int32(st.Signal())
 		}
 	} else if err != nil {
 		code = -1
@@ -432,7 +435,7 @@ func (p *localProcess) wait() {
 	}
 	p.awaitWrittenOutput()
 	denied := p.sandboxed && sandbox.LikelyDenied(code, p.log.RetainedOutputContains)
-	p.log.Exit(code, denied)
+	p.log.ExitBySignal(code, sig, denied)
 	if p.tty {
 		// The PTY master stays open until every stream holder is done;
 		// close it once the log is closed so its fd is not leaked.

@@ -207,7 +207,11 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		procs = append(procs, sess.end(false)...)
 	}
 	for _, p := range procs {
-		p.Terminate()
+		if !p.Terminate() {
+			// Exited, but something it started may still hold its
+			// output open: end the whole group now.
+			p.Kill()
+		}
 	}
 	for _, p := range procs {
 		select {

@@ -252,7 +252,11 @@ func (s *Session) Start(ctx context.Context, p protocol.ExecParams) (protocol.St
 	}
 	s.mu.Unlock()
 	go s.evictAfterClose(id, entry)
-	return protocol.StartResult{ProcessID: id, SandboxType: spec.SandboxType}, nil
+	res := protocol.StartResult{ProcessID: id, SandboxType: spec.SandboxType}
+	if pp, ok := proc.(interface{ Pid() int }); ok {
+		res.Pid = pp.Pid()
+	}
+	return res, nil
 }
 
 func (s *Session) evictAfterClose(id string, e *procEntry) {

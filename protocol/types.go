@@ -79,6 +79,9 @@ type ExecParams struct {
 type StartResult struct {
 	ProcessID   string `json:"processId" msgpack:"processId"`
 	SandboxType string `json:"sandboxType,omitempty" msgpack:"sandboxType,omitempty"`
+	// Pid is the child's process id on the executor, which is also its
+	// process group (outpost addition).
+	Pid int `json:"pid,omitempty" msgpack:"pid,omitempty"`
 }
 
 // Stream labels an output chunk.
@@ -256,6 +259,10 @@ type ExitedNotification struct {
 	Seq           uint64 `json:"seq" msgpack:"seq"`
 	ExitCode      int32  `json:"exitCode" msgpack:"exitCode"`
 	SandboxDenied *bool  `json:"sandboxDenied,omitempty" msgpack:"sandboxDenied,omitempty"`
+	// Signal is the number of the signal that killed the process (outpost
+	// addition; omitted when it exited), so 128+n from a signal and an
+	// exit status of 128+n can be told apart.
+	Signal int32 `json:"signal,omitempty" msgpack:"signal,omitempty"`
 }
 
 // EventsStreamHeader opens a process's event stream (native transport).
