@@ -32,6 +32,7 @@ const usage = `outpost runs commands on remote machines through an end-to-end en
 
 Usage:
   outpost demo                       run a command through an in-process executor on loopback
+  outpost exec [flags] -- CMD ARGS   run a command on an executor (or this machine) and exit with its status
   outpost executor serve [flags]     serve processes (--listen tcp://HOST:PORT | unix:///path | ws://IP:PORT | stdio)
   outpost executor doctor            print what this machine's sandbox can enforce
   outpost version                    print the version
@@ -66,6 +67,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 	switch args[0] {
 	case "demo":
 		return cmdDemo(args[1:], stdout, stderr)
+	case "exec":
+		return cmdExec(args[1:], stdout, stderr)
 	case "executor":
 		if len(args) < 2 {
 			fmt.Fprint(stderr, "usage: outpost executor serve [flags]\n")

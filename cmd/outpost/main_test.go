@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/creack/pty"
+
 	"github.com/outpost-exec/outpost/client"
 	"github.com/outpost-exec/outpost/identity"
 	"github.com/outpost-exec/outpost/protocol"
@@ -228,5 +230,112 @@ func TestDoctorReportsWhatIsEnforced(t *testing.T) {
 	}
 	if code := run([]string{"executor", "doctor", "--sandbox", "bogus"}, &out, &errb); code != 2 {
 		t.Fatalf("bad mode: exit %d", code)
+	}
+}
+
+func outpostExec(t *testing.T, stdin string, args ...string) (string, string, int) {
+	t.Helper()
+	cmd := exec.Command(outpostBin, append([]string{"exec"}, args...)...)
+	cmd.Stdin = strings.NewReader(stdin)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	return out.String(), errb.String(), code
+}
+
+func TestExecExitCodes(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		code int
+	}{
+		{[]string{"--", "true"}, 0},
+		{[]string{"--", "sh", "-c", "exit 7"}, 7},
+		{[]string{"--timeout", "200ms", "--", "sleep", "10"}, 124},
+		{[]string{"--", "/nonexistent/cmd"}, 127},
+		{[]string{"--target", "tcp://127.0.0.1:1", "--", "true"}, 121},
+		{[]string{"--", "sh", "-c", "kill -9 $$"}, 137},
+	} {
+		if _, stderr, code := outpostExec(t, "", c.args...); code != c.code {
+			t.Errorf("%v: exit %d, want %d (stderr %q)", c.args, code, c.code, stderr)
+		}
+	}
+}
+
+func TestExecForwardsStdinAndEOF(t *testing.T) {
+	out, _, code := outpostExec(t, "hi\nthere\n", "--", "cat")
+	if code != 0 || out != "hi\nthere\n" {
+		t.Fatalf("%q %d", out, code)
+	}
+}
+
+func TestExecForwardsSIGINTAndExits130(t *testing.T) {
+	cmd := exec.Command(outpostBin, "exec", "--", "sh", "-c", "echo ready; exec sleep 30")
+	stdout, _ := cmd.StdoutPipe()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	line, _ := bufio.NewReader(stdout).ReadString('\n')
+	if line != "ready\n" {
+		t.Fatalf("%q", line)
+	}
+	cmd.Process.Signal(syscall.SIGINT)
+	err := cmd.Wait()
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 130 {
+		t.Fatalf("exit %v, want 130", err)
+	}
+}
+
+func TestExecJSONEventsParse(t *testing.T) {
+	out, _, code := outpostExec(t, "", "--json", "--", "sh", "-c", "echo a; echo b >&2; exit 3")
+	if code != 3 {
+		t.Fatalf("exit %d", code)
+	}
+	var types []string
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		var m map[string]any
+		if err := json.Unmarshal([]byte(line), &m); err != nil {
+			t.Fatalf("line %q: %v", line, err)
+		}
+		types = append(types, m["type"].(string))
+		if m["type"] == "exit" && m["exitCode"].(float64) != 3 {
+			t.Fatalf("%v", m)
+		}
+	}
+	if types[0] != "start" || types[len(types)-1] != "exit" || len(types) != 4 {
+		t.Fatalf("events %v", types)
+	}
+}
+
+func TestExecTTYSessionThroughAPty(t *testing.T) {
+	cmd := exec.Command(outpostBin, "exec", "--tty", "--", "sh", "-c", "stty size; read x; echo got:$x")
+	ptmx, err := pty.StartWithSize(cmd, &pty.Winsize{Rows: 33, Cols: 99})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ptmx.Close()
+	var buf bytes.Buffer
+	readUntil := func(want string) {
+		deadline := time.Now().Add(20 * time.Second)
+		tmp := make([]byte, 1024)
+		for !strings.Contains(buf.String(), want) {
+			if time.Now().After(deadline) {
+				t.Fatalf("no %q in %q", want, buf.String())
+			}
+			ptmx.SetReadDeadline(time.Now().Add(time.Second))
+			n, _ := ptmx.Read(tmp)
+			buf.Write(tmp[:n])
+		}
+	}
+	readUntil("33 99") // the local window size reached the remote pty
+	ptmx.Write([]byte("hello\r"))
+	readUntil("got:hello")
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("exit: %v", err)
 	}
 }

@@ -1,0 +1,296 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+	"unicode/utf8"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/outpost-exec/outpost/client"
+	"github.com/outpost-exec/outpost/identity"
+	"github.com/outpost-exec/outpost/protocol"
+)
+
+// Exit codes of outpost exec besides the command's own (documented in the
+// README): the command's status, 128+n when signal n killed it, and
+const (
+	exitTimeout   = 124 // the command ran past --timeout
+	exitTransport = 121 // the executor could not be reached, or the connection failed
+	exitSandbox   = 122 // the sandbox policy cannot be enforced on that executor
+	exitSpawn     = 126 // the executor could not start the command
+	exitNotFound  = 127 // the command was not found
+	exitUsage     = 2
+)
+
+type envFlags []string
+
+func (e *envFlags) String() string     { return strings.Join(*e, ",") }
+func (e *envFlags) Set(v string) error { *e = append(*e, v); return nil }
+
+func cmdExec(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("outpost exec", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	target := fs.String("target", "", "executor URL (tcp://, unix://, ws://, stdio://); default $OUTPOST_TARGET, the config file, or this machine")
+	relay := fs.String("relay", "", "relay URL (with --executor)")
+	executorID := fs.String("executor", "", "executor id at the relay")
+	mode := fs.String("sandbox", "", "sandbox: read-only, workspace-write or full-access (default: none)")
+	network := fs.Bool("network", false, "allow network access in the sandbox")
+	cwd := fs.String("cwd", "", "working directory on the executor (default: the current directory when local)")
+	var envs envFlags
+	fs.Var(&envs, "env", "K=V for the command's environment (repeatable; the executor's core variables are inherited)")
+	timeout := fs.Duration("timeout", 0, "stop the command after this long (default: no timeout)")
+	tty := fs.Bool("tty", false, "run on a pseudo-terminal, with this terminal in raw mode")
+	jsonOut := fs.Bool("json", false, "write one JSON event per line instead of the command's output")
+	if err := fs.Parse(args); err != nil {
+		return exitUsage
+	}
+	argv := fs.Args()
+	if len(argv) == 0 {
+		fmt.Fprintln(stderr, "usage: outpost exec [flags] -- CMD [ARGS...]")
+		return exitUsage
+	}
+	if *relay != "" || *executorID != "" {
+		fmt.Fprintln(stderr, "outpost exec: relay targets (--relay, --executor) need the relay, which this build does not have yet")
+		return exitTransport
+	}
+	env := map[string]string{}
+	for _, kv := range envs {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok || k == "" {
+			fmt.Fprintf(stderr, "outpost exec: --env %q: want K=V\n", kv)
+			return exitUsage
+		}
+		env[k] = v
+	}
+	var sandboxPolicy any
+	if *mode != "" {
+		sandboxPolicy = map[string]any{"mode": *mode, "network": *network}
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	url := *target
+	if url == "" {
+		url = os.Getenv("OUTPOST_TARGET")
+	}
+	if url == "" {
+		url = configTarget()
+	}
+	var environment client.Environment
+	var err error
+	if url == "" {
+		environment, err = client.Local(ctx)
+		if *cwd == "" {
+			*cwd, _ = os.Getwd()
+		}
+	} else {
+		environment, err = client.Dial(ctx, url, client.Options{ClientName: "outpost-exec"})
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "outpost exec: cannot reach the executor: %v\n", err)
+		return exitTransport
+	}
+	defer environment.Close()
+
+	params := protocol.ExecParams{Argv: argv, Cwd: *cwd, Env: env, EnvPolicy: &protocol.EnvPolicy{Inherit: protocol.InheritCore}, Sandbox: sandboxPolicy, Tty: *tty}
+	stdinIsTerm := isTerminal(os.Stdin)
+	params.PipeStdin = !*tty // like ssh: stdin is forwarded; EOF closes the remote stdin
+	if *tty && stdinIsTerm {
+		if rows, cols, err := termSize(os.Stdin); err == nil {
+			params.Rows, params.Cols = rows, cols
+		}
+	}
+	p, err := environment.Start(ctx, params)
+	if err != nil {
+		return startFailure(err, stderr)
+	}
+	emit := jsonEmitter(stdout, *jsonOut)
+	emit(map[string]any{"type": "start", "processId": p.ID(), "pid": p.Pid()})
+
+	// Local terminal: raw mode for --tty, window size changes forwarded.
+	if *tty && stdinIsTerm {
+		restore, err := makeRaw(os.Stdin)
+		if err == nil {
+			defer restore()
+		}
+		winch := make(chan os.Signal, 1)
+		signal.Notify(winch, syscall.SIGWINCH)
+		defer signal.Stop(winch)
+		go func() {
+			for range winch {
+				if rows, cols, err := termSize(os.Stdin); err == nil {
+					p.Resize(ctx, rows, cols)
+				}
+			}
+		}()
+	}
+	// stdin: forwarded; EOF closes the remote stdin.
+	if params.PipeStdin || *tty {
+		go forwardStdin(ctx, p, *tty)
+	}
+	// Ctrl-C and SIGTERM go to the remote process group.
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT)
+	defer signal.Stop(sigs)
+	go func() {
+		names := map[os.Signal]protocol.Signal{syscall.SIGINT: protocol.SignalInterrupt, syscall.SIGTERM: protocol.SignalTerminate, syscall.SIGHUP: protocol.SignalHangup, syscall.SIGQUIT: protocol.SignalQuit}
+		for s := range sigs {
+			p.Signal(ctx, names[s])
+		}
+	}()
+	var deadline <-chan time.Time
+	if *timeout > 0 {
+		t := time.NewTimer(*timeout)
+		defer t.Stop()
+		deadline = t.C
+	}
+	timedOut := false
+	code, sig, denied := 0, 0, false
+	for {
+		select {
+		case ev, ok := <-p.Events():
+			if !ok {
+				if err := p.Err(); err != nil {
+					fmt.Fprintf(stderr, "outpost exec: lost the executor: %v\n", err)
+					emit(map[string]any{"type": "error", "error": err.Error()})
+					return exitTransport
+				}
+				emit(map[string]any{"type": "exit", "exitCode": code, "signal": sig, "timedOut": timedOut, "sandboxDenied": denied})
+				if denied {
+					fmt.Fprintln(stderr, "outpost exec: the command failed, likely denied by the sandbox")
+				}
+				if timedOut {
+					fmt.Fprintf(stderr, "outpost exec: timed out after %s\n", *timeout)
+					return exitTimeout
+				}
+				return code
+			}
+			switch ev.Kind {
+			case client.EventOutput:
+				if *jsonOut {
+					m := map[string]any{"type": "output", "stream": string(ev.Stream), "seq": ev.Seq}
+					if utf8.Valid(ev.Data) {
+						m["text"] = string(ev.Data)
+					} else {
+						m["base64"] = base64.StdEncoding.EncodeToString(ev.Data)
+					}
+					emit(m)
+				} else if ev.Stream == protocol.StreamStderr {
+					stderr.Write(ev.Data)
+				} else {
+					stdout.Write(ev.Data)
+				}
+			case client.EventExited:
+				code, sig, denied = int(ev.ExitCode), int(ev.Signal), ev.SandboxDenied
+			case client.EventFailed:
+				fmt.Fprintf(stderr, "outpost exec: %v\n", ev.Err)
+				emit(map[string]any{"type": "error", "error": ev.Err.Error()})
+				return exitTransport
+			}
+		case <-deadline:
+			timedOut = true
+			p.Terminate(ctx)
+			deadline = nil
+		}
+	}
+}
+
+func startFailure(err error, stderr io.Writer) int {
+	msg := err.Error()
+	fmt.Fprintf(stderr, "outpost exec: %s\n", msg)
+	var pe *protocol.Error
+	switch {
+	case !errors.As(err, &pe):
+		return exitTransport
+	case strings.Contains(msg, "sandbox"):
+		return exitSandbox
+	case strings.Contains(msg, "not found"), strings.Contains(msg, "no such file"):
+		return exitNotFound
+	}
+	return exitSpawn
+}
+
+func jsonEmitter(w io.Writer, on bool) func(map[string]any) {
+	if !on {
+		return func(map[string]any) {}
+	}
+	enc := json.NewEncoder(w)
+	return func(m map[string]any) { enc.Encode(m) }
+}
+
+func forwardStdin(ctx context.Context, p *client.Process, tty bool) {
+	r := bufio.NewReaderSize(os.Stdin, 64<<10)
+	buf := make([]byte, 64<<10)
+	for {
+		n, err := r.Read(buf)
+		if n > 0 {
+			if st, werr := p.Write(ctx, append([]byte(nil), buf[:n]...)); werr != nil || st == protocol.WriteStdinClosed {
+				return
+			}
+		}
+		if err != nil {
+			p.CloseStdin(ctx)
+			return
+		}
+	}
+}
+
+// configTarget reads "target = URL" from <config dir>/config.
+func configTarget() string {
+	b, err := os.ReadFile(filepath.Join(identity.DefaultConfigDir(), "config"))
+	if err != nil {
+		return ""
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if k, v, ok := strings.Cut(line, "="); ok && strings.TrimSpace(k) == "target" {
+			return strings.TrimSpace(v)
+		}
+	}
+	return ""
+}
+
+func isTerminal(f *os.File) bool {
+	_, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)
+	return err == nil
+}
+
+func termSize(f *os.File) (rows, cols uint16, err error) {
+	ws, err := unix.IoctlGetWinsize(int(f.Fd()), unix.TIOCGWINSZ)
+	if err != nil {
+		return 0, 0, err
+	}
+	return ws.Row, ws.Col, nil
+}
+
+// makeRaw puts the terminal in raw mode and returns the restore function.
+func makeRaw(f *os.File) (func(), error) {
+	fd := int(f.Fd())
+	old, err := unix.IoctlGetTermios(fd, unix.TCGETS)
+	if err != nil {
+		return nil, err
+	}
+	raw := *old
+	raw.Iflag &^= unix.IGNBRK | unix.BRKINT | unix.PARMRK | unix.ISTRIP | unix.INLCR | unix.IGNCR | unix.ICRNL | unix.IXON
+	raw.Oflag &^= unix.OPOST
+	raw.Lflag &^= unix.ECHO | unix.ECHONL | unix.ICANON | unix.ISIG | unix.IEXTEN
+	raw.Cflag &^= unix.CSIZE | unix.PARENB
+	raw.Cflag |= unix.CS8
+	raw.Cc[unix.VMIN], raw.Cc[unix.VTIME] = 1, 0
+	if err := unix.IoctlSetTermios(fd, unix.TCSETS, &raw); err != nil {
+		return nil, err
+	}
+	return func() { unix.IoctlSetTermios(fd, unix.TCSETS, old) }, nil
+}
