@@ -239,78 +239,63 @@ func writeJSON(b *bytes.Buffer, v any) error {
 	return nil
 }
 
-// WriteResult sends a response.
-func (c *JSONConn) WriteResult(ctx context.Context, id ID, result any) error {
-	return c.send(ctx, func(b *bytes.Buffer) error {
-		b.WriteString(`{"id":`)
-		idb, _ := id.MarshalJSON()
-		b.Write(idb)
-		b.WriteString(`,"result":`)
-		if err := writeJSON(b, result); err != nil {
-			return err
-		}
-		b.WriteByte('}')
-		return nil
-	})
+// member is one "key": value of an envelope; a nil value is left out.
+type member struct {
+	key   string
+	value any
 }
 
-// WriteError sends an error response.
-func (c *JSONConn) WriteError(ctx context.Context, id ID, e *protocol.Error) error {
+// writeEnvelope writes a JSON object of members (in order) as one frame.
+func (c *JSONConn) writeEnvelope(ctx context.Context, members ...member) error {
 	return c.send(ctx, func(b *bytes.Buffer) error {
-		b.WriteString(`{"id":`)
-		idb, _ := id.MarshalJSON()
-		b.Write(idb)
-		b.WriteString(`,"error":`)
-		if err := writeJSON(b, e); err != nil {
-			return err
-		}
-		b.WriteByte('}')
-		return nil
-	})
-}
-
-// WriteRequest sends a request.
-func (c *JSONConn) WriteRequest(ctx context.Context, id ID, method string, params any) error {
-	return c.send(ctx, func(b *bytes.Buffer) error {
-		b.WriteString(`{"id":`)
-		idb, _ := id.MarshalJSON()
-		b.Write(idb)
-		b.WriteString(`,"method":`)
-		if err := writeJSON(b, method); err != nil {
-			return err
-		}
-		if params != nil {
-			b.WriteString(`,"params":`)
-			if err := writeJSON(b, params); err != nil {
+		b.WriteByte('{')
+		first := true
+		for _, m := range members {
+			if m.value == nil {
+				continue
+			}
+			if !first {
+				b.WriteByte(',')
+			}
+			first = false
+			b.WriteString(`"` + m.key + `":`)
+			if err := writeJSON(b, m.value); err != nil {
 				return err
 			}
 		}
 		b.WriteByte('}')
 		return nil
 	})
+}
+
+// WriteResult sends a response.
+func (c *JSONConn) WriteResult(ctx context.Context, id ID, result any) error {
+	if result == nil {
+		result = json.RawMessage("null") // a response always carries "result"
+	}
+	return c.writeEnvelope(ctx, member{"id", id}, member{"result", result})
+}
+
+// WriteError sends an error response.
+func (c *JSONConn) WriteError(ctx context.Context, id ID, e *protocol.Error) error {
+	return c.writeEnvelope(ctx, member{"id", id}, member{"error", e})
+}
+
+// WriteRequest sends a request.
+func (c *JSONConn) WriteRequest(ctx context.Context, id ID, method string, params any) error {
+	return c.writeEnvelope(ctx, member{"id", id}, member{"method", method}, member{"params", params})
 }
 
 // WriteNotification sends a notification. process/output, the bulk of all
 // traffic, is encoded by hand: base64 straight into the frame buffer.
 func (c *JSONConn) WriteNotification(ctx context.Context, method string, params any) error {
-	return c.send(ctx, func(b *bytes.Buffer) error {
-		if out, ok := params.(*protocol.OutputNotification); ok && method == protocol.MethodProcessOutput && knownStream(out.Stream) {
+	if out, ok := params.(*protocol.OutputNotification); ok && method == protocol.MethodProcessOutput && knownStream(out.Stream) {
+		return c.send(ctx, func(b *bytes.Buffer) error {
 			appendOutputNotification(b, out)
 			return nil
-		}
-		b.WriteString(`{"method":`)
-		if err := writeJSON(b, method); err != nil {
-			return err
-		}
-		if params != nil {
-			b.WriteString(`,"params":`)
-			if err := writeJSON(b, params); err != nil {
-				return err
-			}
-		}
-		b.WriteByte('}')
-		return nil
-	})
+		})
+	}
+	return c.writeEnvelope(ctx, member{"method", method}, member{"params", params})
 }
 
 func knownStream(s protocol.Stream) bool {
