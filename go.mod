@@ -12,6 +12,8 @@ require (
 	golang.org/x/sys v0.50.0
 )
 
+require go.etcd.io/bbolt v1.5.0
+
 require (
 	github.com/landlock-lsm/go-landlock v0.11.2
 	github.com/vmihailenco/tagparser/v2 v2.0.0 // indirect

@@ -24,8 +24,11 @@ import (
 type Options struct {
 	// ClientName is sent in initialize (default "outpost").
 	ClientName string
-	// Token is the bearer token for ws:// executors.
+	// Token is the bearer token for ws:// executors, and the client token
+	// for executors reached through a relay.
 	Token string
+	// Executor names the executor to reach through an outpost:// relay.
+	Executor string
 
 	// Key is this client's static key for tcp:// and unix:// executors.
 	// Zero: loaded from (or created in) KeyFile.
@@ -71,6 +74,7 @@ func (o Options) recoveryTimeout() time.Duration {
 //	unix:///path[#fingerprint]      the same over a Unix socket
 //	ws://IP:PORT                    codex's JSON-RPC lite (plaintext; loopback)
 //	stdio:///path/to/outpost        spawns "outpost executor serve --listen stdio"
+//	outpost://HOST:PORT#fingerprint through a relay, to Options.Executor with Options.Token
 func Dial(ctx context.Context, url string, opts Options) (*Remote, error) {
 	var dial dialFunc
 	switch {
@@ -90,6 +94,12 @@ func Dial(ctx context.Context, url string, opts Options) (*Remote, error) {
 		}
 	case strings.HasPrefix(url, "stdio://"):
 		dial = stdioDialer(strings.TrimPrefix(url, "stdio://"))
+	case strings.HasPrefix(url, transport.RelayScheme):
+		d, err := relayDialer(url, opts)
+		if err != nil {
+			return nil, err
+		}
+		dial = d
 	default:
 		return nil, fmt.Errorf("unsupported executor URL %q; expected tcp://, unix://, ws:// or stdio://", url)
 	}
@@ -115,23 +125,13 @@ func nativeDialer(url string, opts Options) (dialFunc, error) {
 		}
 		pinned = &k
 	}
-	key := opts.Key
-	if key == (identity.Key{}) {
-		path := opts.KeyFile
-		if path == "" {
-			path = filepath.Join(identity.DefaultConfigDir(), "client.key")
-		}
-		if key, _, err = identity.LoadOrCreate(path); err != nil {
-			return nil, fmt.Errorf("client key: %w", err)
-		}
+	key, err := opts.clientKey()
+	if err != nil {
+		return nil, err
 	}
 	var known *identity.KnownExecutors
 	if pinned == nil {
-		path := opts.KnownExecutors
-		if path == "" {
-			path = filepath.Join(identity.DefaultConfigDir(), "known_executors")
-		}
-		if known, err = identity.OpenKnownExecutors(path); err != nil {
+		if known, err = opts.knownExecutors(); err != nil {
 			return nil, err
 		}
 	}
@@ -152,6 +152,146 @@ func nativeDialer(url string, opts Options) (dialFunc, error) {
 			return nil, err
 		}
 		return muxConn(nc, muxCfg, route)
+	}, nil
+}
+
+func (o Options) clientKey() (identity.Key, error) {
+	if o.Key != (identity.Key{}) {
+		return o.Key, nil
+	}
+	path := o.KeyFile
+	if path == "" {
+		path = filepath.Join(identity.DefaultConfigDir(), "client.key")
+	}
+	key, _, err := identity.LoadOrCreate(path)
+	if err != nil {
+		return identity.Key{}, fmt.Errorf("client key: %w", err)
+	}
+	return key, nil
+}
+
+func (o Options) knownExecutors() (*identity.KnownExecutors, error) {
+	path := o.KnownExecutors
+	if path == "" {
+		path = filepath.Join(identity.DefaultConfigDir(), "known_executors")
+	}
+	return identity.OpenKnownExecutors(path)
+}
+
+// relayDialer reaches an executor through a relay: Noise with the relay
+// (pinned by the URL), relay/connect, then — inside the spliced stream —
+// the client's own Noise IK handshake with the executor and yamux. The
+// executor's key is pinned like a direct one; on first contact it comes
+// from the relay's directory and is recorded.
+func relayDialer(url string, opts Options) (dialFunc, error) {
+	addr, fp, err := transport.ParseRelayURL(url)
+	if err != nil {
+		return nil, err
+	}
+	relayKey, err := identity.ParsePublicKey(fp)
+	if err != nil {
+		return nil, fmt.Errorf("relay URL: %w", err)
+	}
+	if opts.Executor == "" {
+		return nil, errors.New("a relay URL needs the executor's id (Options.Executor)")
+	}
+	key, err := opts.clientKey()
+	if err != nil {
+		return nil, err
+	}
+	var pinned *identity.PublicKey
+	if opts.Pin != "" {
+		k, err := identity.ParsePublicKey(opts.Pin)
+		if err != nil {
+			return nil, fmt.Errorf("executor pin: %w", err)
+		}
+		pinned = &k
+	}
+	known, err := opts.knownExecutors()
+	if err != nil {
+		return nil, err
+	}
+	pinAddr := strings.SplitN(url, "#", 2)[0] + "/" + opts.Executor
+	muxCfg := opts.Mux
+	if muxCfg == (transport.MuxConfig{}) {
+		muxCfg = transport.DefaultMuxConfig()
+	}
+	return func(ctx context.Context, route func(string, transport.Params, bool)) (*conn, error) {
+		var d net.Dialer
+		raw, err := d.DialContext(ctx, "tcp", addr)
+		if err != nil {
+			return nil, fmt.Errorf("dial relay %s: %w", addr, err)
+		}
+		nc, err := transport.NoiseInitiator(ctx, raw, transport.NoiseConfig{Static: key.Keypair(), Purpose: "relay", PeerStatic: relayKey[:]})
+		if err != nil {
+			raw.Close()
+			return nil, fmt.Errorf("relay %s: %w", addr, err)
+		}
+		sess, err := transport.MuxClient(nc, muxCfg)
+		if err != nil {
+			nc.Close()
+			return nil, err
+		}
+		fail := func(err error) (*conn, error) { sess.Close(); return nil, err }
+		st, err := sess.OpenStream()
+		if err != nil {
+			return fail(err)
+		}
+		mc := transport.NewMsgpackConn(st, 64<<10)
+		if err := mc.WriteRequest(ctx, transport.IntID(1), protocol.MethodRelayConnect, protocol.RelayConnectParams{ExecutorID: opts.Executor, Token: opts.Token}); err != nil {
+			return fail(err)
+		}
+		m, err := mc.ReadMessage(ctx)
+		if err != nil {
+			return fail(fmt.Errorf("relay/connect: %w", err))
+		}
+		if m.Error != nil {
+			return fail(m.Error)
+		}
+		var res protocol.RelayConnectResult
+		if err := m.Result.Decode(&res); err != nil {
+			return fail(err)
+		}
+		directory, err := identity.ParsePublicKey(res.ExecutorKey)
+		if err != nil {
+			return fail(fmt.Errorf("relay/connect: executor key: %w", err))
+		}
+		exKey, fromFile := pinned, false
+		if exKey == nil {
+			if k, ok := known.Lookup(pinAddr); ok {
+				exKey, fromFile = &k, true
+			}
+		}
+		if exKey == nil {
+			if opts.NoTOFU {
+				return fail(fmt.Errorf("executor %s has no pinned key and trust on first use is off", pinAddr))
+			}
+			if err := known.Pin(pinAddr, directory); err != nil {
+				return fail(err)
+			}
+			exKey = &directory
+		}
+		inner, err := transport.NoiseInitiator(ctx, st, transport.NoiseConfig{Static: key.Keypair(), Purpose: "exec", PeerStatic: exKey[:]})
+		if err != nil {
+			if errors.Is(err, transport.ErrHandshakeRefused) && directory != *exKey {
+				if fromFile {
+					return fail(&identity.KeyMismatchError{Addr: pinAddr, Pinned: *exKey, Presented: directory, File: known.Path()})
+				}
+				return fail(fmt.Errorf("executor key for %s differs from the pin: pinned %s, the relay reports %s", pinAddr, exKey.Fingerprint(), directory.Fingerprint()))
+			}
+			return fail(fmt.Errorf("executor %s: %w", pinAddr, err))
+		}
+		c, err := muxConn(inner, muxCfg, route)
+		if err != nil {
+			return fail(err)
+		}
+		inClose := c.close
+		c.close = func() error { err := inClose(); sess.Close(); return err }
+		go func() {
+			<-sess.CloseChan()
+			c.rpc.Close()
+		}()
+		return c, nil
 	}, nil
 }
 

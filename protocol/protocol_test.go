@@ -14,7 +14,7 @@ func TestEveryFieldHasMatchingJSONAndMsgpackTags(t *testing.T) {
 		InitializeParams{}, InitializeResult{}, EnvPolicy{}, ManagedNetwork{}, ExecParams{}, StartResult{},
 		ReadParams{}, OutputChunk{}, Gap{}, ReadResult{}, WriteParams{}, WriteResult{}, SignalParams{},
 		TerminateParams{}, TerminateResult{}, ResizeParams{}, Shell{}, EnvironmentInfo{},
-		OutputNotification{}, ExitedNotification{}, ClosedNotification{}, Error{}, EventsStreamHeader{},
+		OutputNotification{}, ExitedNotification{}, ClosedNotification{}, Error{}, EventsStreamHeader{}, RelayJoinParams{}, RelayConnectParams{}, RelayConnectResult{}, RelayExecutor{}, RelayExecutorsParams{}, RelayExecutorsResult{},
 	}
 	for _, v := range types {
 		rt := reflect.TypeOf(v)

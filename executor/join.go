@@ -1,0 +1,150 @@
+package executor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"time"
+
+	"github.com/flynn/noise"
+	"github.com/hashicorp/yamux"
+	"go.uber.org/zap"
+
+	"github.com/outpost-exec/outpost/identity"
+	"github.com/outpost-exec/outpost/protocol"
+	"github.com/outpost-exec/outpost/transport"
+)
+
+// JoinOptions configure Join.
+type JoinOptions struct {
+	RelayURL string // outpost://HOST:PORT#<relay fingerprint>
+	Key      noise.DHKey
+	ID       string
+	// Token is needed the first time this executor joins the relay.
+	Token   string
+	Labels  map[string]string
+	Version string
+	// Authorize applies the executor's own client allow-list to every
+	// client the relay brings, so a compromised relay cannot run commands.
+	Authorize func(clientKey []byte) error
+	Mux       transport.MuxConfig
+	// Joined, if set, is called after each successful join.
+	Joined func()
+}
+
+// ErrJoinRefused wraps a relay's refusal (bad token, another key owns the
+// id): retrying does not help.
+var ErrJoinRefused = errors.New("the relay refused this executor")
+
+// Join keeps the executor joined to a relay until ctx ends: it dials out,
+// registers, serves every client the relay splices to it, and reconnects
+// with jittered exponential backoff (100 ms to 30 s) when the connection
+// drops. A refusal by the relay ends it with ErrJoinRefused.
+func (s *Server) Join(ctx context.Context, opts JoinOptions) error {
+	addr, fp, err := transport.ParseRelayURL(opts.RelayURL)
+	if err != nil {
+		return err
+	}
+	relayKey, err := identity.ParsePublicKey(fp)
+	if err != nil {
+		return fmt.Errorf("relay URL: %w", err)
+	}
+	if opts.Mux == (transport.MuxConfig{}) {
+		opts.Mux = transport.DefaultMuxConfig()
+	}
+	backoff := 100 * time.Millisecond
+	for {
+		joinedAt, err := s.joinOnce(ctx, addr, relayKey, opts)
+		if errors.Is(err, ErrJoinRefused) {
+			return err
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if !joinedAt.IsZero() && time.Since(joinedAt) > time.Minute {
+			backoff = 100 * time.Millisecond // it was a healthy connection
+		}
+		s.log.Info("relay connection ended; reconnecting", zap.Error(err), zap.Duration("backoff", backoff))
+		sleep := time.Duration(rand.Int64N(int64(backoff))) + time.Millisecond
+		select {
+		case <-time.After(sleep):
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		backoff = min(backoff*2, 30*time.Second)
+	}
+}
+
+func (s *Server) joinOnce(ctx context.Context, addr string, relayKey identity.PublicKey, opts JoinOptions) (time.Time, error) {
+	var d net.Dialer
+	raw, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return time.Time{}, err
+	}
+	defer raw.Close()
+	nc, err := transport.NoiseInitiator(ctx, raw, transport.NoiseConfig{Static: opts.Key, Purpose: "relay", PeerStatic: relayKey[:]})
+	if err != nil {
+		return time.Time{}, fmt.Errorf("relay handshake: %w", err)
+	}
+	sess, err := transport.MuxClient(nc, opts.Mux)
+	if err != nil {
+		return time.Time{}, err
+	}
+	defer sess.Close()
+	stop := context.AfterFunc(ctx, func() { sess.Close() })
+	defer stop()
+	ctl, err := sess.OpenStream()
+	if err != nil {
+		return time.Time{}, err
+	}
+	mc := transport.NewMsgpackConn(ctl, 64<<10)
+	if err := mc.WriteRequest(ctx, transport.IntID(1), protocol.MethodRelayJoin, protocol.RelayJoinParams{ExecutorID: opts.ID, Token: opts.Token, Labels: opts.Labels, Version: opts.Version}); err != nil {
+		return time.Time{}, err
+	}
+	m, err := mc.ReadMessage(ctx)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("relay/join: %w", err)
+	}
+	if m.Error != nil {
+		return time.Time{}, fmt.Errorf("%w: %s", ErrJoinRefused, m.Error.Message)
+	}
+	joinedAt := time.Now()
+	s.log.Info("joined the relay", zap.String("relay", addr), zap.String("executor", opts.ID))
+	if opts.Joined != nil {
+		opts.Joined()
+	}
+	s.serveRelayed(ctx, sess, opts)
+	return joinedAt, errors.New("relay session closed")
+}
+
+// serveRelayed serves every client stream the relay opens: each is a
+// native connection (Noise as responder, with the executor's allow-list,
+// then yamux and the method table).
+func (s *Server) serveRelayed(ctx context.Context, sess *yamux.Session, opts JoinOptions) {
+	for {
+		st, err := sess.AcceptStream()
+		if err != nil {
+			return
+		}
+		go func() {
+			defer st.Close()
+			cfg := transport.NoiseConfig{Static: opts.Key, Purpose: NativePurpose, AllowXX: true}
+			if opts.Authorize != nil {
+				cfg.Authorize = func(peer, _ []byte) error { return opts.Authorize(peer) }
+			}
+			nc, err := transport.NoiseResponder(ctx, st, cfg)
+			if err != nil {
+				s.log.Info("relayed client refused", zap.Error(err))
+				return
+			}
+			inner, err := transport.MuxServer(nc, opts.Mux)
+			if err != nil {
+				return
+			}
+			defer inner.Close()
+			s.ServeMux(ctx, inner, opts.Mux.MaxInboundStreams)
+		}()
+	}
+}

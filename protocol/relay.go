@@ -1,0 +1,55 @@
+package protocol
+
+// Relay control messages: the first stream a party opens on its yamux
+// session with the relay carries one msgpack request and its response.
+const (
+	// MethodRelayJoin registers an executor (executor → relay). The
+	// stream stays open while the executor is joined.
+	MethodRelayJoin = "relay/join"
+	// MethodRelayConnect asks for an executor (client → relay). After a
+	// successful response the stream is spliced to a stream on the
+	// executor's session and carries the client↔executor Noise channel.
+	MethodRelayConnect = "relay/connect"
+	// MethodRelayExecutors lists the joined executors.
+	MethodRelayExecutors = "relay/executors"
+)
+
+// RelayJoinParams register an executor under ID. Token is needed only the
+// first time: the relay binds the ID to the executor's static key.
+type RelayJoinParams struct {
+	ExecutorID string            `json:"executorId" msgpack:"executorId"`
+	Token      string            `json:"token,omitempty" msgpack:"token,omitempty"`
+	Labels     map[string]string `json:"labels,omitempty" msgpack:"labels,omitempty"`
+	Version    string            `json:"version,omitempty" msgpack:"version,omitempty"`
+}
+
+// RelayConnectParams ask for a stream to an executor.
+type RelayConnectParams struct {
+	ExecutorID string `json:"executorId" msgpack:"executorId"`
+	Token      string `json:"token" msgpack:"token"`
+}
+
+// RelayConnectResult carries the executor's key from the relay's
+// directory (a client that has not pinned it takes it from here, once).
+type RelayConnectResult struct {
+	ExecutorKey string `json:"executorKey" msgpack:"executorKey"`
+}
+
+// RelayExecutor describes a joined executor.
+type RelayExecutor struct {
+	ID             string            `json:"id" msgpack:"id"`
+	Labels         map[string]string `json:"labels,omitempty" msgpack:"labels,omitempty"`
+	Fingerprint    string            `json:"fingerprint" msgpack:"fingerprint"`
+	ConnectedSince int64             `json:"connectedSince" msgpack:"connectedSince"` // unix ms
+	Version        string            `json:"version,omitempty" msgpack:"version,omitempty"`
+}
+
+// RelayExecutorsParams authorise a listing with a client token.
+type RelayExecutorsParams struct {
+	Token string `json:"token" msgpack:"token"`
+}
+
+// RelayExecutorsResult lists the executors the token may reach.
+type RelayExecutorsResult struct {
+	Executors []RelayExecutor `json:"executors" msgpack:"executors"`
+}

@@ -1,0 +1,378 @@
+// Package relay lets executors behind NAT serve clients. Executors dial
+// out and join; clients dial in and ask for an executor by id; the relay
+// splices a client's stream to a stream on the executor's session. It
+// brokers ciphertext only: inside the spliced stream, client and executor
+// run their own Noise IK handshake and yamux session, which the relay can
+// neither read nor forge.
+//
+// Wire, per TCP connection to the relay:
+//
+//	Noise (purpose "relay"; the relay's key is pinned by its URL fingerprint)
+//	→ yamux → the first stream the peer opens carries one msgpack request:
+//	  relay/join      {executorId, token?, labels, version}   executor; the stream stays open
+//	  relay/connect   {executorId, token}  → {executorKey}    client; the stream is then spliced
+//	  relay/executors {token}              → {executors}      listing
+//
+// An executor's id is bound to its static key on first join (which needs a
+// join token); later joins authenticate by the key alone, and another key
+// claiming the id is refused.
+//
+// Bounds: Config.MaxExecutors joined executors, Config.MaxConnections TCP
+// connections (and Config.MaxHandshakes in progress); per executor, its
+// yamux stream limit; per spliced stream, two goroutines and a 32 KiB copy
+// buffer each way, with yamux windows bounding what is in flight.
+package relay
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/flynn/noise"
+	"github.com/hashicorp/yamux"
+	"go.uber.org/zap"
+
+	"github.com/outpost-exec/outpost/identity"
+	"github.com/outpost-exec/outpost/protocol"
+	"github.com/outpost-exec/outpost/transport"
+)
+
+// Purpose is the Noise purpose of links to the relay.
+const Purpose = "relay"
+
+// Config configures a relay.
+type Config struct {
+	Key    noise.DHKey
+	Tokens *Store
+	Logger *zap.Logger
+	Mux    transport.MuxConfig
+	// MaxExecutors bounds joined executors (default 10,000).
+	MaxExecutors int
+	// MaxConnections and MaxHandshakes bound TCP connections and
+	// handshakes in progress (defaults 20,000 and 256).
+	MaxConnections   int
+	MaxHandshakes    int
+	HandshakeTimeout time.Duration
+}
+
+// Server is a relay.
+type Server struct {
+	cfg Config
+	log *zap.Logger
+
+	mu        sync.Mutex
+	executors map[string]*joined
+}
+
+type joined struct {
+	id      string
+	key     [32]byte
+	labels  map[string]string
+	version string
+	since   time.Time
+	sess    *yamux.Session
+}
+
+// Errors a client sees.
+var (
+	ErrExecutorOffline = errors.New("executor is offline")
+	ErrNotAllowed      = errors.New("this client token may not reach that executor")
+)
+
+// NewServer returns a relay.
+func NewServer(cfg Config) (*Server, error) {
+	if cfg.Tokens == nil {
+		return nil, errors.New("relay: a token store is required")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = zap.NewNop()
+	}
+	if cfg.Mux == (transport.MuxConfig{}) {
+		cfg.Mux = transport.DefaultMuxConfig()
+	}
+	if cfg.MaxExecutors <= 0 {
+		cfg.MaxExecutors = 10000
+	}
+	if cfg.MaxConnections <= 0 {
+		cfg.MaxConnections = 20000
+	}
+	if cfg.MaxHandshakes <= 0 {
+		cfg.MaxHandshakes = 256
+	}
+	return &Server{cfg: cfg, log: cfg.Logger, executors: map[string]*joined{}}, nil
+}
+
+// Listener serves the relay on a TCP port.
+type Listener struct {
+	s     *Server
+	ln    net.Listener
+	ctx   context.Context
+	stop  context.CancelFunc
+	wg    sync.WaitGroup
+	conns chan struct{}
+	hs    chan struct{}
+	mu    sync.Mutex
+	open  map[net.Conn]struct{}
+}
+
+// Listen binds addr (HOST:PORT) and serves.
+func (s *Server) Listen(addr string) (*Listener, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	l := &Listener{s: s, ln: ln, ctx: ctx, stop: stop, conns: make(chan struct{}, s.cfg.MaxConnections),
+		hs: make(chan struct{}, s.cfg.MaxHandshakes), open: map[net.Conn]struct{}{}}
+	l.wg.Add(1)
+	go l.accept()
+	return l, nil
+}
+
+// Addr is the bound address.
+func (l *Listener) Addr() net.Addr { return l.ln.Addr() }
+
+// Close stops the relay and closes every connection.
+func (l *Listener) Close() error {
+	l.stop()
+	err := l.ln.Close()
+	l.mu.Lock()
+	for c := range l.open {
+		c.Close()
+	}
+	l.mu.Unlock()
+	l.wg.Wait()
+	return err
+}
+
+func (l *Listener) accept() {
+	defer l.wg.Done()
+	for {
+		select {
+		case l.conns <- struct{}{}:
+		case <-l.ctx.Done():
+			return
+		}
+		c, err := l.ln.Accept()
+		if err != nil {
+			<-l.conns
+			if l.ctx.Err() != nil || errors.Is(err, net.ErrClosed) {
+				return
+			}
+			continue
+		}
+		l.mu.Lock()
+		l.open[c] = struct{}{}
+		l.mu.Unlock()
+		l.wg.Add(1)
+		go func() {
+			defer l.wg.Done()
+			defer func() { <-l.conns }()
+			defer func() {
+				l.mu.Lock()
+				delete(l.open, c)
+				l.mu.Unlock()
+				c.Close()
+			}()
+			l.s.serve(l.ctx, c, l.hs)
+		}()
+	}
+}
+
+func (s *Server) serve(ctx context.Context, c net.Conn, hs chan struct{}) {
+	select {
+	case hs <- struct{}{}:
+	case <-ctx.Done():
+		return
+	}
+	nc, err := transport.NoiseResponder(ctx, c, transport.NoiseConfig{Static: s.cfg.Key, Purpose: Purpose, AllowXX: true, HandshakeTimeout: s.cfg.HandshakeTimeout})
+	<-hs
+	if err != nil {
+		s.log.Debug("relay handshake failed", zap.Stringer("remote", c.RemoteAddr()), zap.Error(err))
+		return
+	}
+	sess, err := transport.MuxServer(nc, s.cfg.Mux)
+	if err != nil {
+		return
+	}
+	defer sess.Close()
+	go func() {
+		select {
+		case <-ctx.Done():
+			sess.Close()
+		case <-sess.CloseChan():
+		}
+	}()
+	ctl, err := sess.AcceptStream()
+	if err != nil {
+		return
+	}
+	defer ctl.Close()
+	mc := transport.NewMsgpackConn(ctl, 64<<10)
+	m, err := mc.ReadMessage(ctx)
+	if err != nil || m.Kind != transport.KindRequest {
+		return
+	}
+	var peer [32]byte
+	copy(peer[:], nc.PeerStatic())
+	switch m.Method {
+	case protocol.MethodRelayJoin:
+		s.join(ctx, sess, mc, m, peer)
+	case protocol.MethodRelayConnect:
+		s.connect(ctx, ctl, mc, m)
+	case protocol.MethodRelayExecutors:
+		s.list(ctx, mc, m)
+	default:
+		mc.WriteError(ctx, m.ID, protocol.Errorf(protocol.CodeMethodNotFound, "relay: unknown method %q", m.Method))
+	}
+}
+
+func (s *Server) join(ctx context.Context, sess *yamux.Session, mc *transport.MsgpackConn, m *transport.Message, peer [32]byte) {
+	var p protocol.RelayJoinParams
+	if err := m.Params.Decode(&p); err != nil || p.ExecutorID == "" || len(p.ExecutorID) > 128 || strings.ContainsAny(p.ExecutorID, " \t\n/") {
+		mc.WriteError(ctx, m.ID, protocol.Errorf(protocol.CodeInvalidParams, "relay/join: a valid executorId is required"))
+		return
+	}
+	if err := s.authorizeJoin(p, peer); err != nil {
+		s.log.Info("executor join refused", zap.String("executor", p.ExecutorID), zap.Error(err))
+		mc.WriteError(ctx, m.ID, protocol.Errorf(protocol.CodeInvalidRequest, "relay/join: %v", err))
+		return
+	}
+	j := &joined{id: p.ExecutorID, key: peer, labels: p.Labels, version: p.Version, since: time.Now(), sess: sess}
+	s.mu.Lock()
+	old := s.executors[j.id]
+	if old == nil && len(s.executors) >= s.cfg.MaxExecutors {
+		s.mu.Unlock()
+		mc.WriteError(ctx, m.ID, protocol.Errorf(protocol.CodeInvalidRequest, "relay/join: this relay is full (%d executors)", s.cfg.MaxExecutors))
+		return
+	}
+	s.executors[j.id] = j
+	s.mu.Unlock()
+	if old != nil {
+		old.sess.Close() // the same executor reconnected
+	}
+	s.log.Info("executor joined", zap.String("executor", j.id))
+	if err := mc.WriteResult(ctx, m.ID, protocol.Empty{}); err != nil {
+		s.leave(j)
+		return
+	}
+	<-sess.CloseChan()
+	s.leave(j)
+}
+
+func (s *Server) authorizeJoin(p protocol.RelayJoinParams, peer [32]byte) error {
+	bound, ok, err := s.cfg.Tokens.ExecutorKey(p.ExecutorID)
+	if err != nil {
+		return err
+	}
+	if ok {
+		if bound != peer {
+			return ErrExecutorKeyMismatch
+		}
+		return nil // known key: no token needed
+	}
+	if p.Token == "" {
+		return errors.New("a join token is needed the first time an executor joins")
+	}
+	if _, err := s.cfg.Tokens.Redeem(TokenJoin, p.Token); err != nil {
+		return err
+	}
+	return s.cfg.Tokens.BindExecutor(p.ExecutorID, peer)
+}
+
+func (s *Server) leave(j *joined) {
+	s.mu.Lock()
+	if s.executors[j.id] == j {
+		delete(s.executors, j.id)
+	}
+	s.mu.Unlock()
+	s.log.Info("executor left", zap.String("executor", j.id))
+}
+
+func (s *Server) connect(ctx context.Context, ctl net.Conn, mc *transport.MsgpackConn, m *transport.Message) {
+	var p protocol.RelayConnectParams
+	if err := m.Params.Decode(&p); err != nil || p.ExecutorID == "" {
+		mc.WriteError(ctx, m.ID, protocol.Errorf(protocol.CodeInvalidParams, "relay/connect: executorId is required"))
+		return
+	}
+	tok, err := s.cfg.Tokens.Redeem(TokenClient, p.Token)
+	if err != nil {
+		mc.WriteError(ctx, m.ID, protocol.Errorf(protocol.CodeInvalidRequest, "relay/connect: %v", err))
+		return
+	}
+	if !tok.AllowsExecutor(p.ExecutorID) {
+		mc.WriteError(ctx, m.ID, protocol.Errorf(protocol.CodeInvalidRequest, "relay/connect: %v: %s", ErrNotAllowed, p.ExecutorID))
+		return
+	}
+	s.mu.Lock()
+	j := s.executors[p.ExecutorID]
+	s.mu.Unlock()
+	if j == nil {
+		mc.WriteError(ctx, m.ID, protocol.Errorf(protocol.CodeNotFound, "relay/connect: executor %s is offline", p.ExecutorID))
+		return
+	}
+	up, err := j.sess.OpenStream()
+	if err != nil {
+		mc.WriteError(ctx, m.ID, protocol.Errorf(protocol.CodeNotFound, "relay/connect: executor %s is offline", p.ExecutorID))
+		return
+	}
+	defer up.Close()
+	if err := mc.WriteResult(ctx, m.ID, protocol.RelayConnectResult{ExecutorKey: fingerprint(j.key)}); err != nil {
+		return
+	}
+	splice(ctl, up)
+}
+
+func (s *Server) list(ctx context.Context, mc *transport.MsgpackConn, m *transport.Message) {
+	var p protocol.RelayExecutorsParams
+	m.Params.Decode(&p)
+	tok, err := s.cfg.Tokens.Redeem(TokenClient, p.Token)
+	if err != nil {
+		mc.WriteError(ctx, m.ID, protocol.Errorf(protocol.CodeInvalidRequest, "relay/executors: %v", err))
+		return
+	}
+	s.mu.Lock()
+	res := protocol.RelayExecutorsResult{Executors: []protocol.RelayExecutor{}}
+	for _, j := range s.executors {
+		if tok.AllowsExecutor(j.id) {
+			res.Executors = append(res.Executors, protocol.RelayExecutor{ID: j.id, Labels: j.labels, Fingerprint: fingerprint(j.key), ConnectedSince: j.since.UnixMilli(), Version: j.version})
+		}
+	}
+	s.mu.Unlock()
+	sort.Slice(res.Executors, func(a, b int) bool { return res.Executors[a].ID < res.Executors[b].ID })
+	mc.WriteResult(ctx, m.ID, res)
+}
+
+// splice copies both ways until either side ends, then closes both.
+func splice(a, b net.Conn) {
+	done := make(chan struct{}, 2)
+	cp := func(dst, src net.Conn) {
+		io.Copy(dst, src)
+		dst.Close()
+		src.Close()
+		done <- struct{}{}
+	}
+	go cp(a, b)
+	go cp(b, a)
+	<-done
+	<-done
+}
+
+// Executors returns the ids of the joined executors.
+func (s *Server) Executors() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ids := make([]string, 0, len(s.executors))
+	for id := range s.executors {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	return ids
+}
+
+func fingerprint(k [32]byte) string { return identity.PublicKey(k).Fingerprint() }

@@ -1,0 +1,309 @@
+package relay
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/zap/zaptest"
+
+	"github.com/outpost-exec/outpost/client"
+	"github.com/outpost-exec/outpost/executor"
+	"github.com/outpost-exec/outpost/identity"
+	"github.com/outpost-exec/outpost/protocol"
+)
+
+const testTimeout = 30 * time.Second
+
+func ctxT(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func key(t *testing.T) identity.Key {
+	k, err := identity.Generate()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return k
+}
+
+type testRelay struct {
+	srv    *Server
+	ln     *Listener
+	key    identity.Key
+	tokens *Store
+	addr   string
+}
+
+func (r *testRelay) url() string {
+	return "outpost://" + r.addr + "#" + r.key.PublicKey().Fingerprint()
+}
+
+func startRelay(t *testing.T, k identity.Key, tokens *Store, addr string) *testRelay {
+	t.Helper()
+	srv, err := NewServer(Config{Key: k.Keypair(), Tokens: tokens, Logger: zaptest.NewLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := srv.Listen(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &testRelay{srv: srv, ln: ln, key: k, tokens: tokens, addr: ln.Addr().String()}
+	t.Cleanup(func() { ln.Close() })
+	return r
+}
+
+func newRelay(t *testing.T) *testRelay {
+	tokens, err := OpenStore(filepath.Join(t.TempDir(), "relay.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return startRelay(t, key(t), tokens, "127.0.0.1:0")
+}
+
+func (r *testRelay) token(t *testing.T, kind TokenKind, o CreateOptions) string {
+	secret, _, err := r.tokens.Create(kind, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return secret
+}
+
+type testExecutor struct {
+	srv    *executor.Server
+	key    identity.Key
+	cancel context.CancelFunc
+	done   chan error
+	joined chan struct{}
+}
+
+// join starts an executor joined to r as id.
+func join(t *testing.T, r *testRelay, id, token string, k identity.Key, authorize func([]byte) error) *testExecutor {
+	t.Helper()
+	cfg := executor.DefaultConfig()
+	cfg.Logger = zaptest.NewLogger(t)
+	srv, err := executor.NewServer(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	e := &testExecutor{srv: srv, key: k, cancel: cancel, done: make(chan error, 1), joined: make(chan struct{}, 16)}
+	go func() {
+		e.done <- srv.Join(ctx, executor.JoinOptions{RelayURL: r.url(), Key: k.Keypair(), ID: id, Token: token, Authorize: authorize,
+			Joined: func() { e.joined <- struct{}{} }})
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-e.done
+		sctx, c := context.WithTimeout(context.Background(), testTimeout)
+		defer c()
+		srv.Shutdown(sctx)
+	})
+	return e
+}
+
+func (e *testExecutor) waitJoined(t *testing.T) {
+	t.Helper()
+	select {
+	case <-e.joined:
+	case err := <-e.done:
+		t.Fatalf("join ended: %v", err)
+	case <-time.After(testTimeout):
+		t.Fatal("executor did not join")
+	}
+}
+
+func dialVia(t *testing.T, r *testRelay, id, token string, opts client.Options) (*client.Remote, error) {
+	t.Helper()
+	opts.Executor, opts.Token = id, token
+	if opts.Key == (identity.Key{}) {
+		opts.Key = key(t)
+	}
+	if opts.KnownExecutors == "" {
+		opts.KnownExecutors = filepath.Join(t.TempDir(), "known_executors")
+	}
+	env, err := client.Dial(ctxT(t), r.url(), opts)
+	if err == nil {
+		t.Cleanup(func() { env.Close() })
+	}
+	return env, err
+}
+
+var env0 = map[string]string{"PATH": "/usr/bin:/bin"}
+
+func TestClientRunsCommandsThroughTheRelay(t *testing.T) {
+	r := newRelay(t)
+	e := join(t, r, "build-1", r.token(t, TokenJoin, CreateOptions{Uses: 1}), key(t), nil)
+	e.waitJoined(t)
+	env, err := dialVia(t, r, "build-1", r.token(t, TokenClient, CreateOptions{Executors: "build-*"}), client.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := client.Command(env, "/bin/sh", "-c", "echo through the relay; echo err >&2").CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "through the relay") {
+		t.Fatalf("%q %v", out, err)
+	}
+	if got := r.srv.Executors(); len(got) != 1 || got[0] != "build-1" {
+		t.Fatalf("executors %v", got)
+	}
+}
+
+func TestRelayNeverSeesPlaintext(t *testing.T) {
+	r := newRelay(t)
+	e := join(t, r, "x", r.token(t, TokenJoin, CreateOptions{}), key(t), nil)
+	e.waitJoined(t)
+	// A recording proxy in front of the relay sees everything the relay
+	// sees from the client.
+	ln, _ := net.Listen("tcp", "127.0.0.1:0")
+	defer ln.Close()
+	var mu sync.Mutex
+	var seen bytes.Buffer
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			u, _ := net.Dial("tcp", r.addr)
+			go func() {
+				io.Copy(c, io.TeeReader(u, writerFunc(func(p []byte) { mu.Lock(); seen.Write(p); mu.Unlock() })))
+				c.Close()
+			}()
+			go func() { io.Copy(u, c); u.Close() }()
+		}
+	}()
+	proxied := &testRelay{key: r.key, addr: ln.Addr().String()}
+	env, err := dialVia(t, proxied, "x", r.token(t, TokenClient, CreateOptions{Executors: "*"}), client.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := client.Command(env, "/bin/sh", "-c", "echo MARKER-9e1f-$((6*7))").Output()
+	if err != nil || string(out) != "MARKER-9e1f-42\n" {
+		t.Fatalf("%q %v", out, err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if seen.Len() == 0 || bytes.Contains(seen.Bytes(), []byte("MARKER-9e1f")) {
+		t.Fatalf("the relay's side of the wire (%d bytes) holds plaintext", seen.Len())
+	}
+}
+
+type writerFunc func([]byte)
+
+func (f writerFunc) Write(p []byte) (int, error) { f(p); return len(p), nil }
+
+func TestImpersonatingExecutorIsRefused(t *testing.T) {
+	r := newRelay(t)
+	e := join(t, r, "db", r.token(t, TokenJoin, CreateOptions{}), key(t), nil)
+	e.waitJoined(t)
+	impostor := join(t, r, "db", r.token(t, TokenJoin, CreateOptions{}), key(t), nil)
+	select {
+	case err := <-impostor.done:
+		if !errors.Is(err, executor.ErrJoinRefused) {
+			t.Fatalf("impostor: %v", err)
+		}
+		impostor.done <- err // for the cleanup
+	case <-time.After(testTimeout):
+		t.Fatal("impostor was not refused")
+	}
+}
+
+func TestOfflineUnknownAndUnauthorisedTargetsGetClearErrors(t *testing.T) {
+	r := newRelay(t)
+	e := join(t, r, "web-1", r.token(t, TokenJoin, CreateOptions{}), key(t), nil)
+	e.waitJoined(t)
+	if _, err := dialVia(t, r, "ghost", r.token(t, TokenClient, CreateOptions{Executors: "*"}), client.Options{NoResume: true}); err == nil || !strings.Contains(err.Error(), "executor ghost is offline") {
+		t.Fatalf("offline: %v", err)
+	}
+	if _, err := dialVia(t, r, "web-1", r.token(t, TokenClient, CreateOptions{Executors: "db-*"}), client.Options{}); err == nil || !strings.Contains(err.Error(), "may not reach") {
+		t.Fatalf("ACL: %v", err)
+	}
+	if _, err := dialVia(t, r, "web-1", "opt_bogus", client.Options{}); err == nil {
+		t.Fatal("a bogus token was accepted")
+	}
+	joinTok := r.token(t, TokenJoin, CreateOptions{})
+	if _, err := dialVia(t, r, "web-1", joinTok, client.Options{}); err == nil {
+		t.Fatal("a join token was accepted as a client token")
+	}
+	wrong := &testRelay{key: key(t), addr: r.addr}
+	if _, err := dialVia(t, wrong, "web-1", r.token(t, TokenClient, CreateOptions{Executors: "*"}), client.Options{}); err == nil {
+		t.Fatal("a wrong relay key was accepted")
+	}
+}
+
+func TestExecutorAllowListRefusesClientsTheRelayBrings(t *testing.T) {
+	r := newRelay(t)
+	allowed := key(t)
+	e := join(t, r, "vault", r.token(t, TokenJoin, CreateOptions{}), key(t), func(peer []byte) error {
+		if !bytes.Equal(peer, allowed.Public[:]) {
+			return errors.New("not on the allow-list")
+		}
+		return nil
+	})
+	e.waitJoined(t)
+	tok := r.token(t, TokenClient, CreateOptions{Executors: "*"})
+	if _, err := dialVia(t, r, "vault", tok, client.Options{Key: key(t), NoResume: true}); err == nil {
+		t.Fatal("a client outside the executor's allow-list got in through the relay")
+	}
+	env, err := dialVia(t, r, "vault", tok, client.Options{Key: allowed})
+	if err != nil {
+		t.Fatal(err)
+	}
+	env.Close()
+}
+
+func TestRelayRestartMidStreamLosesNothing(t *testing.T) {
+	dir := t.TempDir()
+	tokens, err := OpenStore(filepath.Join(dir, "relay.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rk := key(t)
+	r := startRelay(t, rk, tokens, "127.0.0.1:0")
+	e := join(t, r, "w", r.token(t, TokenJoin, CreateOptions{}), key(t), nil)
+	e.waitJoined(t)
+	env, err := dialVia(t, r, "w", r.token(t, TokenClient, CreateOptions{Executors: "*"}), client.Options{RecoveryTimeout: 25 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const lines = 200000
+	p, err := env.Start(ctxT(t), protocol.ExecParams{Argv: []string{"/bin/sh", "-c", fmt.Sprintf("seq %d | while read n; do echo $n; case $n in 1000) sleep 1;; esac; done", lines)}, Env: env0})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got bytes.Buffer
+	restarted := false
+	for ev := range p.Events() {
+		if ev.Kind == client.EventFailed {
+			t.Fatalf("failed: %v", ev.Err)
+		}
+		got.Write(ev.Data)
+		if !restarted && got.Len() > 1000 {
+			restarted = true
+			r.ln.Close()
+			r = startRelay(t, rk, tokens, r.addr)
+		}
+	}
+	var want bytes.Buffer
+	for i := 1; i <= lines; i++ {
+		want.WriteString(strconv.Itoa(i) + "\n")
+	}
+	if !bytes.Equal(got.Bytes(), want.Bytes()) {
+		t.Fatalf("got %d bytes, want %d", got.Len(), want.Len())
+	}
+	if env.Reconnects() == 0 {
+		t.Fatal("the client never reconnected")
+	}
+}

@@ -1,0 +1,495 @@
+package relay
+
+// Token and executor-binding store.
+//
+// Tokens are persisted in a bbolt file. Only sha256(secret) is stored, never
+// the secret itself. The relay process and the `outpost token` CLI may use the
+// same file at the same time; bbolt takes an exclusive flock on the file, so
+// the store never keeps it open: every operation opens the file (waiting at
+// most storeLockTimeout for the lock), runs one transaction and closes it.
+
+import (
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// TokenKind says what a token may be used for.
+type TokenKind string
+
+const (
+	// TokenJoin lets an executor join the relay.
+	TokenJoin TokenKind = "join"
+	// TokenClient lets a client connect to executors through the relay.
+	TokenClient TokenKind = "client"
+)
+
+// Token is the public (secret-free) view of a stored token.
+type Token struct {
+	ID        string            // public id (shown by ls, used by revoke)
+	Kind      TokenKind         // join or client
+	Labels    map[string]string // join tokens: labels given to the executor
+	Executors string            // client tokens: ACL selector: "*" (any), or comma-separated executor ids, each may be a glob (path.Match)
+	Uses      int               // 0 = unlimited
+	Used      int               // successful redemptions so far
+	CreatedAt time.Time         //
+	ExpiresAt time.Time         // zero = never
+	Revoked   bool              //
+}
+
+// CreateOptions configure a new token.
+type CreateOptions struct {
+	TTL       time.Duration     // 0 = never expires
+	Uses      int               // 0 = unlimited
+	Labels    map[string]string // join tokens
+	Executors string            // client tokens: ACL selector (see Token.Executors)
+}
+
+// Errors returned by the store.
+var (
+	ErrTokenUnknown        = errors.New("token is not known to this relay")
+	ErrTokenExpired        = errors.New("token has expired")
+	ErrTokenRevoked        = errors.New("token has been revoked")
+	ErrTokenUsedUp         = errors.New("token has no uses left")
+	ErrTokenKind           = errors.New("token is of the wrong kind for this use")
+	ErrExecutorKeyMismatch = errors.New("executor id is already bound to a different key")
+)
+
+const (
+	secretPrefix     = "opt_"
+	secretRandBytes  = 32
+	idRandBytes      = 8
+	storeLockTimeout = 2 * time.Second
+	storeFileMode    = 0o600
+	storeDirMode     = 0o700
+)
+
+// secretLen is the exact length of a well-formed secret.
+var secretLen = len(secretPrefix) + base64.RawURLEncoding.EncodedLen(secretRandBytes)
+
+var (
+	bucketTokens    = []byte("tokens")    // hex(sha256(secret)) -> JSON tokenRecord
+	bucketTokenIDs  = []byte("token_ids") // token id -> hex(sha256(secret))
+	bucketExecutors = []byte("executors") // executor id -> 32-byte public key
+)
+
+// tokenRecord is what is persisted per token.
+type tokenRecord struct {
+	Hash      []byte            `json:"hash"` // sha256(secret)
+	ID        string            `json:"id"`
+	Kind      TokenKind         `json:"kind"`
+	Labels    map[string]string `json:"labels,omitempty"`
+	Executors string            `json:"executors,omitempty"`
+	Uses      int               `json:"uses"`
+	Used      int               `json:"used"`
+	CreatedAt time.Time         `json:"created_at"`
+	ExpiresAt time.Time         `json:"expires_at"`
+	Revoked   bool              `json:"revoked"`
+}
+
+func (r *tokenRecord) token() Token {
+	return Token{
+		ID:        r.ID,
+		Kind:      r.Kind,
+		Labels:    copyLabels(r.Labels),
+		Executors: r.Executors,
+		Uses:      r.Uses,
+		Used:      r.Used,
+		CreatedAt: r.CreatedAt,
+		ExpiresAt: r.ExpiresAt,
+		Revoked:   r.Revoked,
+	}
+}
+
+// Store is the relay's persistent token and executor-binding store. It is
+// safe for concurrent use, and several Store values (in one or several
+// processes) may share one file.
+type Store struct {
+	path string
+	now  func() time.Time
+
+	// mu serialises this Store's own operations so that goroutines of one
+	// process queue on a mutex rather than polling the file lock; other
+	// processes (or other Store values) are excluded by bbolt's flock.
+	mu sync.Mutex
+}
+
+// OpenStore validates (creating if needed) the store file at path and its
+// buckets, then closes it again. The parent directory is created with mode
+// 0700 and the file with mode 0600.
+func OpenStore(path string) (*Store, error) {
+	if path == "" {
+		return nil, errors.New("relay: token store path is empty")
+	}
+	if err := os.MkdirAll(filepath.Dir(path), storeDirMode); err != nil {
+		return nil, fmt.Errorf("relay: creating token store directory: %w", err)
+	}
+	s := &Store{path: path, now: time.Now}
+	err := s.update(func(tx *bolt.Tx) error {
+		for _, b := range [][]byte{bucketTokens, bucketTokenIDs, bucketExecutors} {
+			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+func (s *Store) open(readOnly bool) (*bolt.DB, error) {
+	db, err := bolt.Open(s.path, storeFileMode, &bolt.Options{Timeout: storeLockTimeout, ReadOnly: readOnly})
+	if err != nil {
+		if errors.Is(err, bolt.ErrTimeout) {
+			return nil, fmt.Errorf("relay: token store %s is locked by another user: %w", s.path, err)
+		}
+		return nil, fmt.Errorf("relay: opening token store %s: %w", s.path, err)
+	}
+	return db, nil
+}
+
+func (s *Store) update(fn func(tx *bolt.Tx) error) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	db, err := s.open(false)
+	if err != nil {
+		return err
+	}
+	err = db.Update(fn)
+	if cerr := db.Close(); err == nil && cerr != nil {
+		err = fmt.Errorf("relay: closing token store: %w", cerr)
+	}
+	return err
+}
+
+func (s *Store) view(fn func(tx *bolt.Tx) error) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	db, err := s.open(true)
+	if err != nil {
+		return err
+	}
+	err = db.View(fn)
+	if cerr := db.Close(); err == nil && cerr != nil {
+		err = fmt.Errorf("relay: closing token store: %w", cerr)
+	}
+	return err
+}
+
+func bucket(tx *bolt.Tx, name []byte) (*bolt.Bucket, error) {
+	b := tx.Bucket(name)
+	if b == nil {
+		return nil, fmt.Errorf("relay: token store is missing bucket %q", name)
+	}
+	return b, nil
+}
+
+// Create makes a new token and returns its secret (shown to the operator once
+// and never stored) together with its public description.
+func (s *Store) Create(kind TokenKind, o CreateOptions) (secret string, t Token, err error) {
+	if kind != TokenJoin && kind != TokenClient {
+		return "", Token{}, fmt.Errorf("relay: unknown token kind %q", kind)
+	}
+	if o.TTL < 0 {
+		return "", Token{}, errors.New("relay: token TTL must not be negative")
+	}
+	if o.Uses < 0 {
+		return "", Token{}, errors.New("relay: token uses must not be negative")
+	}
+	if err := validateSelector(o.Executors); err != nil {
+		return "", Token{}, err
+	}
+
+	var raw [secretRandBytes]byte
+	if _, err := rand.Read(raw[:]); err != nil {
+		return "", Token{}, fmt.Errorf("relay: generating token secret: %w", err)
+	}
+	secret = secretPrefix + base64.RawURLEncoding.EncodeToString(raw[:])
+	sum := sha256.Sum256([]byte(secret))
+	key := []byte(hex.EncodeToString(sum[:]))
+
+	now := s.now()
+	rec := tokenRecord{
+		Hash:      sum[:],
+		Kind:      kind,
+		Labels:    copyLabels(o.Labels),
+		Executors: o.Executors,
+		Uses:      o.Uses,
+		CreatedAt: now,
+	}
+	if o.TTL > 0 {
+		rec.ExpiresAt = now.Add(o.TTL)
+	}
+
+	err = s.update(func(tx *bolt.Tx) error {
+		toks, err := bucket(tx, bucketTokens)
+		if err != nil {
+			return err
+		}
+		ids, err := bucket(tx, bucketTokenIDs)
+		if err != nil {
+			return err
+		}
+		// Pick an id not already in use (collisions are astronomically
+		// unlikely, but cheap to rule out).
+		for {
+			var idb [idRandBytes]byte
+			if _, err := rand.Read(idb[:]); err != nil {
+				return fmt.Errorf("relay: generating token id: %w", err)
+			}
+			rec.ID = hex.EncodeToString(idb[:])
+			if ids.Get([]byte(rec.ID)) == nil {
+				break
+			}
+		}
+		if toks.Get(key) != nil {
+			return errors.New("relay: token secret collision")
+		}
+		buf, err := json.Marshal(&rec)
+		if err != nil {
+			return err
+		}
+		if err := toks.Put(key, buf); err != nil {
+			return err
+		}
+		return ids.Put([]byte(rec.ID), key)
+	})
+	if err != nil {
+		return "", Token{}, err
+	}
+	return secret, rec.token(), nil
+}
+
+// Redeem checks that secret names a usable token of the given kind (not
+// expired, not revoked, uses left) and consumes one use of it, atomically.
+// Tokens that are refused are not consumed.
+func (s *Store) Redeem(kind TokenKind, secret string) (Token, error) {
+	if len(secret) != secretLen || !strings.HasPrefix(secret, secretPrefix) {
+		return Token{}, ErrTokenUnknown
+	}
+	sum := sha256.Sum256([]byte(secret))
+	key := []byte(hex.EncodeToString(sum[:]))
+
+	var out Token
+	err := s.update(func(tx *bolt.Tx) error {
+		toks, err := bucket(tx, bucketTokens)
+		if err != nil {
+			return err
+		}
+		buf := toks.Get(key)
+		if buf == nil {
+			return ErrTokenUnknown
+		}
+		var rec tokenRecord
+		if err := json.Unmarshal(buf, &rec); err != nil {
+			return fmt.Errorf("relay: corrupt token record: %w", err)
+		}
+		if subtle.ConstantTimeCompare(rec.Hash, sum[:]) != 1 {
+			return ErrTokenUnknown
+		}
+		if rec.Kind != kind {
+			return ErrTokenKind
+		}
+		if rec.Revoked {
+			return ErrTokenRevoked
+		}
+		if !rec.ExpiresAt.IsZero() && !s.now().Before(rec.ExpiresAt) {
+			return ErrTokenExpired
+		}
+		if rec.Uses > 0 && rec.Used >= rec.Uses {
+			return ErrTokenUsedUp
+		}
+		rec.Used++
+		nb, err := json.Marshal(&rec)
+		if err != nil {
+			return err
+		}
+		if err := toks.Put(key, nb); err != nil {
+			return err
+		}
+		out = rec.token()
+		return nil
+	})
+	if err != nil {
+		return Token{}, err
+	}
+	return out, nil
+}
+
+// List returns every stored token (including expired, used-up and revoked
+// ones), sorted by creation time.
+func (s *Store) List() ([]Token, error) {
+	var out []Token
+	err := s.view(func(tx *bolt.Tx) error {
+		toks, err := bucket(tx, bucketTokens)
+		if err != nil {
+			return err
+		}
+		return toks.ForEach(func(_, v []byte) error {
+			var rec tokenRecord
+			if err := json.Unmarshal(v, &rec); err != nil {
+				return fmt.Errorf("relay: corrupt token record: %w", err)
+			}
+			out = append(out, rec.token())
+			return nil
+		})
+	})
+	if err != nil {
+		return nil, err
+	}
+	sort.SliceStable(out, func(i, j int) bool {
+		if !out[i].CreatedAt.Equal(out[j].CreatedAt) {
+			return out[i].CreatedAt.Before(out[j].CreatedAt)
+		}
+		return out[i].ID < out[j].ID
+	})
+	return out, nil
+}
+
+// Revoke marks the token with the given public id as revoked. Revoking an
+// already revoked token is not an error.
+func (s *Store) Revoke(id string) error {
+	return s.update(func(tx *bolt.Tx) error {
+		toks, err := bucket(tx, bucketTokens)
+		if err != nil {
+			return err
+		}
+		ids, err := bucket(tx, bucketTokenIDs)
+		if err != nil {
+			return err
+		}
+		key := ids.Get([]byte(id))
+		if key == nil {
+			return ErrTokenUnknown
+		}
+		key = append([]byte(nil), key...)
+		buf := toks.Get(key)
+		if buf == nil {
+			return ErrTokenUnknown
+		}
+		var rec tokenRecord
+		if err := json.Unmarshal(buf, &rec); err != nil {
+			return fmt.Errorf("relay: corrupt token record: %w", err)
+		}
+		if rec.Revoked {
+			return nil
+		}
+		rec.Revoked = true
+		nb, err := json.Marshal(&rec)
+		if err != nil {
+			return err
+		}
+		return toks.Put(key, nb)
+	})
+}
+
+// BindExecutor records that executor id uses the given public key. The first
+// binding wins and is persisted: binding the same key again succeeds, binding
+// a different key fails with ErrExecutorKeyMismatch.
+func (s *Store) BindExecutor(id string, key [32]byte) error {
+	if id == "" {
+		return errors.New("relay: executor id is empty")
+	}
+	return s.update(func(tx *bolt.Tx) error {
+		b, err := bucket(tx, bucketExecutors)
+		if err != nil {
+			return err
+		}
+		old := b.Get([]byte(id))
+		if old == nil {
+			return b.Put([]byte(id), key[:])
+		}
+		if subtle.ConstantTimeCompare(old, key[:]) != 1 {
+			return ErrExecutorKeyMismatch
+		}
+		return nil
+	})
+}
+
+// ExecutorKey returns the key bound to executor id, if any.
+func (s *Store) ExecutorKey(id string) (key [32]byte, ok bool, err error) {
+	err = s.view(func(tx *bolt.Tx) error {
+		b, err := bucket(tx, bucketExecutors)
+		if err != nil {
+			return err
+		}
+		v := b.Get([]byte(id))
+		if v == nil {
+			return nil
+		}
+		if len(v) != len(key) {
+			return fmt.Errorf("relay: corrupt key for executor %q", id)
+		}
+		copy(key[:], v)
+		ok = true
+		return nil
+	})
+	if err != nil {
+		return [32]byte{}, false, err
+	}
+	return key, ok, nil
+}
+
+// AllowsExecutor reports whether the token's Executors selector admits the
+// executor id: "*" admits any executor; otherwise the selector is a
+// comma-separated list of executor ids, each of which may be a path.Match
+// glob. An empty selector admits nothing.
+func (t Token) AllowsExecutor(id string) bool {
+	if id == "" {
+		return false
+	}
+	for _, pat := range strings.Split(t.Executors, ",") {
+		pat = strings.TrimSpace(pat)
+		switch {
+		case pat == "":
+			continue
+		case pat == "*":
+			return true
+		}
+		if ok, err := path.Match(pat, id); err == nil && ok {
+			return true
+		}
+	}
+	return false
+}
+
+// validateSelector rejects executor selectors containing malformed globs.
+func validateSelector(sel string) error {
+	for _, pat := range strings.Split(sel, ",") {
+		pat = strings.TrimSpace(pat)
+		if pat == "" {
+			continue
+		}
+		if _, err := path.Match(pat, ""); err != nil {
+			return fmt.Errorf("relay: bad executor pattern %q: %w", pat, err)
+		}
+	}
+	return nil
+}
+
+func copyLabels(m map[string]string) map[string]string {
+	if len(m) == 0 {
+		return nil
+	}
+	out := make(map[string]string, len(m))
+	for k, v := range m {
+		out[k] = v
+	}
+	return out
+}
