@@ -466,3 +466,54 @@ func stdioDialer(path string) dialFunc {
 }
 
 var _ io.Closer = (*Remote)(nil)
+
+// ListExecutors asks a relay for the executors opts.Token may reach.
+func ListExecutors(ctx context.Context, url string, opts Options) ([]protocol.RelayExecutor, error) {
+	addr, fp, err := transport.ParseRelayURL(url)
+	if err != nil {
+		return nil, err
+	}
+	relayKey, err := identity.ParsePublicKey(fp)
+	if err != nil {
+		return nil, fmt.Errorf("relay URL: %w", err)
+	}
+	key, err := opts.clientKey()
+	if err != nil {
+		return nil, err
+	}
+	var d net.Dialer
+	raw, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("dial relay %s: %w", addr, err)
+	}
+	defer raw.Close()
+	nc, err := transport.NoiseInitiator(ctx, raw, transport.NoiseConfig{Static: key.Keypair(), Purpose: "relay", PeerStatic: relayKey[:]})
+	if err != nil {
+		return nil, fmt.Errorf("relay %s: %w", addr, err)
+	}
+	sess, err := transport.MuxClient(nc, transport.DefaultMuxConfig())
+	if err != nil {
+		return nil, err
+	}
+	defer sess.Close()
+	st, err := sess.OpenStream()
+	if err != nil {
+		return nil, err
+	}
+	mc := transport.NewMsgpackConn(st, protocol.MaxMessageBytes)
+	if err := mc.WriteRequest(ctx, transport.IntID(1), protocol.MethodRelayExecutors, protocol.RelayExecutorsParams{Token: opts.Token}); err != nil {
+		return nil, err
+	}
+	m, err := mc.ReadMessage(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if m.Error != nil {
+		return nil, m.Error
+	}
+	var res protocol.RelayExecutorsResult
+	if err := m.Result.Decode(&res); err != nil {
+		return nil, err
+	}
+	return res.Executors, nil
+}

@@ -44,8 +44,9 @@ func cmdExec(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("outpost exec", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	target := fs.String("target", "", "executor URL (tcp://, unix://, ws://, stdio://); default $OUTPOST_TARGET, the config file, or this machine")
-	relay := fs.String("relay", "", "relay URL (with --executor)")
+	relayURL := fs.String("relay", os.Getenv("OUTPOST_RELAY"), "relay URL outpost://HOST:PORT#<fingerprint> (with --executor)")
 	executorID := fs.String("executor", "", "executor id at the relay")
+	token := fs.String("token", os.Getenv("OUTPOST_TOKEN"), "client token for the relay (default $OUTPOST_TOKEN)")
 	mode := fs.String("sandbox", "", "sandbox: read-only, workspace-write or full-access (default: none)")
 	network := fs.Bool("network", false, "allow network access in the sandbox")
 	cwd := fs.String("cwd", "", "working directory on the executor (default: the current directory when local)")
@@ -62,9 +63,9 @@ func cmdExec(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "usage: outpost exec [flags] -- CMD [ARGS...]")
 		return exitUsage
 	}
-	if *relay != "" || *executorID != "" {
-		fmt.Fprintln(stderr, "outpost exec: relay targets (--relay, --executor) need the relay, which this build does not have yet")
-		return exitTransport
+	if (*relayURL != "") != (*executorID != "") && *executorID != "" {
+		fmt.Fprintln(stderr, "outpost exec: --executor needs --relay (or $OUTPOST_RELAY)")
+		return exitUsage
 	}
 	env := map[string]string{}
 	for _, kv := range envs {
@@ -83,6 +84,11 @@ func cmdExec(args []string, stdout, stderr io.Writer) int {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	url := *target
+	dialOpts := client.Options{ClientName: "outpost-exec"}
+	if *executorID != "" {
+		url = *relayURL
+		dialOpts.Executor, dialOpts.Token = *executorID, *token
+	}
 	if url == "" {
 		url = os.Getenv("OUTPOST_TARGET")
 	}
@@ -97,7 +103,7 @@ func cmdExec(args []string, stdout, stderr io.Writer) int {
 			*cwd, _ = os.Getwd()
 		}
 	} else {
-		environment, err = client.Dial(ctx, url, client.Options{ClientName: "outpost-exec"})
+		environment, err = client.Dial(ctx, url, dialOpts)
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "outpost exec: cannot reach the executor: %v\n", err)

@@ -35,6 +35,10 @@ Usage:
   outpost exec [flags] -- CMD ARGS   run a command on an executor (or this machine) and exit with its status
   outpost executor serve [flags]     serve processes (--listen tcp://HOST:PORT | unix:///path | ws://IP:PORT | stdio)
   outpost executor doctor            print what this machine's sandbox can enforce
+  outpost executor join [flags]      join a relay (--relay URL --token T --id NAME) and serve its clients
+  outpost relay serve [flags]        run a relay (--listen tcp://HOST:PORT --state-dir DIR)
+  outpost token create|ls|revoke     manage the relay's join and client tokens
+  outpost executors ls               list the executors a client token may reach
   outpost version                    print the version
 
 Run "outpost <command> -h" for a command's flags.
@@ -69,6 +73,20 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return cmdDemo(args[1:], stdout, stderr)
 	case "exec":
 		return cmdExec(args[1:], stdout, stderr)
+	case "relay":
+		if len(args) < 2 || args[1] != "serve" {
+			fmt.Fprint(stderr, "usage: outpost relay serve [flags]\n")
+			return 2
+		}
+		return cmdRelayServe(args[2:], stdout, stderr)
+	case "token":
+		return cmdToken(args[1:], stdout, stderr)
+	case "executors":
+		if len(args) < 2 || args[1] != "ls" {
+			fmt.Fprint(stderr, "usage: outpost executors ls --relay URL --token T\n")
+			return 2
+		}
+		return cmdExecutorsLs(args[2:], stdout, stderr)
 	case "executor":
 		if len(args) < 2 {
 			fmt.Fprint(stderr, "usage: outpost executor serve [flags]\n")
@@ -79,6 +97,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 			return cmdExecutorServe(args[2:], stdout, stderr)
 		case "doctor":
 			return cmdDoctor(args[2:], stdout, stderr)
+		case "join":
+			return cmdExecutorJoin(args[2:], stdout, stderr)
 		}
 		fmt.Fprintf(stderr, "outpost executor: unknown command %q\n", args[1])
 		return 2

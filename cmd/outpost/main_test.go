@@ -41,7 +41,7 @@ func TestDemoRunsACommandThroughTheExecutor(t *testing.T) {
 	if code := run([]string{"demo"}, &out, &errb); code != 0 {
 		t.Fatalf("exit %d: %s", code, errb.String())
 	}
-	for _, want := range []string{"executor listening on tcp://127.0.0.1:", "over Noise IK + yamux", `stdout: "hello from Linux`, `stderr: "to stderr\n"`, "exit code 3"} {
+	for _, want := range []string{"relay     outpost://127.0.0.1:", "through the relay (Noise IK end to end)", `stdout: "hello from Linux`, `stderr: "to stderr\n"`, "exit code 3", "tick 3", "timed out=true exit=124", "demo done"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("demo output lacks %q:\n%s", want, out.String())
 		}
@@ -337,5 +337,52 @@ func TestExecTTYSessionThroughAPty(t *testing.T) {
 	readUntil("got:hello")
 	if err := cmd.Wait(); err != nil {
 		t.Fatalf("exit: %v", err)
+	}
+}
+
+func TestRelayJoinTokenAndExecAsSeparateProcesses(t *testing.T) {
+	dir := t.TempDir()
+	relayCmd := exec.Command(outpostBin, "relay", "serve", "--listen", "tcp://127.0.0.1:0", "--state-dir", filepath.Join(dir, "relay"))
+	stdout, _ := relayCmd.StdoutPipe()
+	if err := relayCmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { relayCmd.Process.Signal(syscall.SIGTERM); relayCmd.Wait() }()
+	line, err := bufio.NewReader(stdout).ReadString('\n')
+	if err != nil || !strings.HasPrefix(line, "outpost://127.0.0.1:") {
+		t.Fatalf("relay printed %q (%v)", line, err)
+	}
+	relayURL := strings.TrimSpace(line)
+	token := func(args ...string) string {
+		out, err := exec.Command(outpostBin, append([]string{"token", "create", "--state-dir", filepath.Join(dir, "relay")}, args...)...).Output()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return strings.TrimSpace(string(out))
+	}
+	joinTok, clientTok := token("--join", "--uses", "1"), token("--client", "--executors", "e-*")
+	join := exec.Command(outpostBin, "executor", "join", "--relay", relayURL, "--token", joinTok, "--id", "e-1", "--state-dir", filepath.Join(dir, "exec"))
+	if err := join.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { join.Process.Signal(syscall.SIGTERM); join.Wait() }()
+	env := append(os.Environ(), "XDG_CONFIG_HOME="+filepath.Join(dir, "cfg"))
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		cmd := exec.Command(outpostBin, "exec", "--relay", relayURL, "--executor", "e-1", "--token", clientTok, "--", "sh", "-c", "echo via-relay; exit 4")
+		cmd.Env = env
+		out, err := cmd.Output()
+		if ee, ok := err.(*exec.ExitError); ok && ee.ExitCode() == 4 && string(out) == "via-relay\n" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("exec through the relay: %q %v", out, err)
+		}
+		time.Sleep(50 * time.Millisecond) // the executor is still joining
+	}
+	cmd := exec.Command(outpostBin, "executors", "ls", "--relay", relayURL, "--token", clientTok)
+	cmd.Env = env
+	if out, err := cmd.Output(); err != nil || !strings.Contains(string(out), "e-1") {
+		t.Fatalf("executors ls: %q %v", out, err)
 	}
 }

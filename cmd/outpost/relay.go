@@ -1,0 +1,284 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/outpost-exec/outpost/client"
+	"github.com/outpost-exec/outpost/executor"
+	"github.com/outpost-exec/outpost/identity"
+	"github.com/outpost-exec/outpost/relay"
+)
+
+type labelFlags map[string]string
+
+func (l labelFlags) String() string { return fmt.Sprint(map[string]string(l)) }
+func (l labelFlags) Set(v string) error {
+	k, val, ok := strings.Cut(v, "=")
+	if !ok || k == "" {
+		return fmt.Errorf("want k=v, got %q", v)
+	}
+	l[k] = val
+	return nil
+}
+
+func tokenStore(stateDir string) (*relay.Store, error) {
+	return relay.OpenStore(filepath.Join(stateDir, "relay.db"))
+}
+
+// cmdRelayServe runs a relay.
+func cmdRelayServe(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("outpost relay serve", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	listen := fs.String("listen", "tcp://0.0.0.0:7443", "listen URL tcp://HOST:PORT")
+	stateDir := fs.String("state-dir", identity.DefaultStateDir(), "directory for the relay's key and token database")
+	var lf logFlags
+	lf.register(fs)
+	if err := fs.Parse(args); err != nil {
+		return exitUsage
+	}
+	log, err := lf.build(stderr)
+	if err != nil {
+		fmt.Fprintln(stderr, "outpost:", err)
+		return exitUsage
+	}
+	addr, ok := strings.CutPrefix(*listen, "tcp://")
+	if !ok {
+		fmt.Fprintf(stderr, "outpost: --listen %q: expected tcp://HOST:PORT\n", *listen)
+		return exitUsage
+	}
+	key, _, err := identity.LoadOrCreate(filepath.Join(*stateDir, "relay.key"))
+	if err != nil {
+		fmt.Fprintln(stderr, "outpost:", err)
+		return 1
+	}
+	tokens, err := tokenStore(*stateDir)
+	if err != nil {
+		fmt.Fprintln(stderr, "outpost:", err)
+		return 1
+	}
+	srv, err := relay.NewServer(relay.Config{Key: key.Keypair(), Tokens: tokens, Logger: log})
+	if err != nil {
+		fmt.Fprintln(stderr, "outpost:", err)
+		return 1
+	}
+	ln, err := srv.Listen(addr)
+	if err != nil {
+		fmt.Fprintln(stderr, "outpost: listen:", err)
+		return 1
+	}
+	url := "outpost://" + ln.Addr().String() + "#" + key.PublicKey().Fingerprint()
+	fmt.Fprintln(stdout, url)
+	if f, ok := stdout.(*os.File); ok {
+		f.Sync()
+	}
+	log.Info("relay listening", zap.String("url", url))
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	<-ctx.Done()
+	ln.Close()
+	return 0
+}
+
+// cmdToken manages the relay's tokens (create, ls, revoke).
+func cmdToken(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprintln(stderr, "usage: outpost token create|ls|revoke [flags]")
+		return exitUsage
+	}
+	fs := flag.NewFlagSet("outpost token "+args[0], flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	stateDir := fs.String("state-dir", identity.DefaultStateDir(), "the relay's state directory")
+	switch args[0] {
+	case "create":
+		join := fs.Bool("join", false, "a join token (for executor join)")
+		cli := fs.Bool("client", false, "a client token (for outpost exec --relay)")
+		ttl := fs.Duration("ttl", 0, "expiry (0: never)")
+		uses := fs.Int("uses", 0, "how many times it may be redeemed (0: unlimited)")
+		executors := fs.String("executors", "*", "client tokens: executor ids it may reach (comma-separated globs)")
+		labels := labelFlags{}
+		fs.Var(labels, "label", "join tokens: k=v label for the executor (repeatable)")
+		if err := fs.Parse(args[1:]); err != nil {
+			return exitUsage
+		}
+		if *join == *cli {
+			fmt.Fprintln(stderr, "outpost token create: say --join or --client")
+			return exitUsage
+		}
+		kind := relay.TokenClient
+		if *join {
+			kind = relay.TokenJoin
+		}
+		store, err := tokenStore(*stateDir)
+		if err != nil {
+			fmt.Fprintln(stderr, "outpost:", err)
+			return 1
+		}
+		secret, tok, err := store.Create(kind, relay.CreateOptions{TTL: *ttl, Uses: *uses, Labels: labels, Executors: *executors})
+		if err != nil {
+			fmt.Fprintln(stderr, "outpost:", err)
+			return 1
+		}
+		fmt.Fprintln(stdout, secret)
+		fmt.Fprintf(stderr, "token %s (%s) created; the secret above is shown only once\n", tok.ID, tok.Kind)
+		return 0
+	case "ls":
+		if err := fs.Parse(args[1:]); err != nil {
+			return exitUsage
+		}
+		store, err := tokenStore(*stateDir)
+		if err != nil {
+			fmt.Fprintln(stderr, "outpost:", err)
+			return 1
+		}
+		toks, err := store.List()
+		if err != nil {
+			fmt.Fprintln(stderr, "outpost:", err)
+			return 1
+		}
+		w := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(w, "ID\tKIND\tUSED\tEXPIRES\tSTATE\tSCOPE")
+		for _, t := range toks {
+			uses := fmt.Sprintf("%d/∞", t.Used)
+			if t.Uses > 0 {
+				uses = fmt.Sprintf("%d/%d", t.Used, t.Uses)
+			}
+			exp := "never"
+			if !t.ExpiresAt.IsZero() {
+				exp = t.ExpiresAt.Format(time.RFC3339)
+			}
+			state := "active"
+			if t.Revoked {
+				state = "revoked"
+			}
+			scope := t.Executors
+			if t.Kind == relay.TokenJoin {
+				scope = fmt.Sprint(t.Labels)
+			}
+			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\n", t.ID, t.Kind, uses, exp, state, scope)
+		}
+		w.Flush()
+		return 0
+	case "revoke":
+		if err := fs.Parse(args[1:]); err != nil || fs.NArg() != 1 {
+			fmt.Fprintln(stderr, "usage: outpost token revoke [--state-dir DIR] ID")
+			return exitUsage
+		}
+		store, err := tokenStore(*stateDir)
+		if err != nil {
+			fmt.Fprintln(stderr, "outpost:", err)
+			return 1
+		}
+		if err := store.Revoke(fs.Arg(0)); err != nil {
+			fmt.Fprintln(stderr, "outpost:", err)
+			return 1
+		}
+		return 0
+	}
+	fmt.Fprintf(stderr, "outpost token: unknown command %q\n", args[0])
+	return exitUsage
+}
+
+// cmdExecutorJoin joins a relay and serves the clients it brings.
+func cmdExecutorJoin(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("outpost executor join", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	relayURL := fs.String("relay", "", "relay URL outpost://HOST:PORT#<fingerprint>")
+	token := fs.String("token", os.Getenv("OUTPOST_JOIN_TOKEN"), "join token (needed the first time; default $OUTPOST_JOIN_TOKEN)")
+	hostname, _ := os.Hostname()
+	id := fs.String("id", hostname, "executor id")
+	labels := labelFlags{}
+	fs.Var(labels, "label", "k=v label (repeatable)")
+	stateDir := fs.String("state-dir", identity.DefaultStateDir(), "directory for the executor's key")
+	authorized := fs.String("authorized-clients", "", "file of client public keys allowed to run commands; default: any the relay brings")
+	var lf logFlags
+	lf.register(fs)
+	if err := fs.Parse(args); err != nil {
+		return exitUsage
+	}
+	if *relayURL == "" {
+		fmt.Fprintln(stderr, "outpost executor join: --relay is required")
+		return exitUsage
+	}
+	log, err := lf.build(stderr)
+	if err != nil {
+		fmt.Fprintln(stderr, "outpost:", err)
+		return exitUsage
+	}
+	key, _, err := identity.LoadOrCreate(filepath.Join(*stateDir, "executor.key"))
+	if err != nil {
+		fmt.Fprintln(stderr, "outpost:", err)
+		return 1
+	}
+	cfg := executor.DefaultConfig()
+	cfg.Logger, cfg.Version = log, version
+	srv, err := executor.NewServer(cfg)
+	if err != nil {
+		fmt.Fprintln(stderr, "outpost:", err)
+		return 1
+	}
+	opts := executor.JoinOptions{RelayURL: *relayURL, Key: key.Keypair(), ID: *id, Token: *token, Labels: labels, Version: version}
+	if *authorized != "" {
+		allow, err := identity.LoadAllowList(*authorized)
+		if err != nil {
+			fmt.Fprintln(stderr, "outpost:", err)
+			return exitUsage
+		}
+		opts.Authorize = func(peer []byte) error {
+			var k identity.PublicKey
+			copy(k[:], peer)
+			if !allow.Allowed(k) {
+				return fmt.Errorf("client key %s is not authorised", k.Fingerprint())
+			}
+			return nil
+		}
+	}
+	fmt.Fprintf(stdout, "executor %s (key %s) joining %s\n", *id, key.PublicKey().Fingerprint(), *relayURL)
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	err = srv.Join(ctx, opts)
+	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	srv.Shutdown(sctx)
+	if err != nil && ctx.Err() == nil {
+		fmt.Fprintln(stderr, "outpost executor join:", err)
+		return 1
+	}
+	return 0
+}
+
+// cmdExecutorsLs lists the executors a client token may reach.
+func cmdExecutorsLs(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("outpost executors ls", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	relayURL := fs.String("relay", os.Getenv("OUTPOST_RELAY"), "relay URL")
+	token := fs.String("token", os.Getenv("OUTPOST_TOKEN"), "client token")
+	if err := fs.Parse(args); err != nil {
+		return exitUsage
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	list, err := client.ListExecutors(ctx, *relayURL, client.Options{Token: *token})
+	if err != nil {
+		fmt.Fprintln(stderr, "outpost:", err)
+		return exitTransport
+	}
+	w := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(w, "ID\tFINGERPRINT\tCONNECTED SINCE\tVERSION\tLABELS")
+	for _, e := range list {
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%v\n", e.ID, e.Fingerprint, time.UnixMilli(e.ConnectedSince).Format(time.RFC3339), e.Version, e.Labels)
+	}
+	w.Flush()
+	return 0
+}
