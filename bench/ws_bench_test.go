@@ -25,6 +25,7 @@ const throughputBytes = 256 << 20
 type targets struct {
 	outpost, native, codex string // URLs; codex empty if unavailable
 	codexErr               error
+	relay, relayToken      string // the relay's URL and a client token for executor "bench"
 }
 
 var benchKey = func() identity.Key {
@@ -85,6 +86,24 @@ func setup(b *testing.B) targets {
 		}
 		servers = append(servers, s)
 		tg.native = s.URL
+		rs, err := peers.StartRelay(ctx, bin, tmpDir+"/relay")
+		if err != nil {
+			b.Fatal(err)
+		}
+		servers = append(servers, rs)
+		tg.relay = rs.URL
+		joinTok, err := peers.Token(bin, tmpDir+"/relay", "--join")
+		if err != nil {
+			b.Fatal(err)
+		}
+		if tg.relayToken, err = peers.Token(bin, tmpDir+"/relay", "--client"); err != nil {
+			b.Fatal(err)
+		}
+		js, err := peers.StartJoinedExecutor(ctx, bin, rs.URL, joinTok, "bench", tmpDir+"/joined")
+		if err != nil {
+			b.Fatal(err)
+		}
+		servers = append(servers, js)
 		codexBin, err := peers.CodexBinary()
 		if err != nil {
 			tg.codexErr = err
@@ -105,7 +124,18 @@ func setup(b *testing.B) targets {
 func connect(b *testing.B, url string) *client.Remote {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	s, err := client.Dial(ctx, url, client.Options{Key: benchKey, NoResume: true})
+	opts := client.Options{Key: benchKey, NoResume: true, KnownExecutors: tmpDir + "/known_executors"}
+	if url == tg.relay {
+		opts.Executor, opts.Token = "bench", tg.relayToken
+	}
+	var s *client.Remote
+	var err error
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		// A joined executor may still be joining.
+		if s, err = client.Dial(ctx, url, opts); err == nil || time.Now().After(deadline) {
+			break
+		}
+	}
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -171,6 +201,7 @@ func BenchmarkStartToExit(b *testing.B) {
 	}
 	b.Run("outpost-ws", func(b *testing.B) { run(b, setup(b).outpost) })
 	b.Run("outpost-tcp", func(b *testing.B) { run(b, setup(b).native) })
+	b.Run("outpost-relay", func(b *testing.B) { run(b, setup(b).relay) })
 	b.Run("codex-ws", func(b *testing.B) {
 		tg := setup(b)
 		if tg.codex == "" {
@@ -229,6 +260,7 @@ func BenchmarkThroughput(b *testing.B) {
 	}
 	b.Run("outpost-ws", func(b *testing.B) { run(b, setup(b).outpost) })
 	b.Run("outpost-tcp", func(b *testing.B) { run(b, setup(b).native) })
+	b.Run("outpost-relay", func(b *testing.B) { run(b, setup(b).relay) })
 	b.Run("codex-ws", func(b *testing.B) {
 		tg := setup(b)
 		if tg.codex == "" {

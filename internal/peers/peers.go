@@ -105,7 +105,7 @@ func Start(ctx context.Context, env []string, argv ...string) (*Server, error) {
 	}()
 	select {
 	case l := <-line:
-		if !strings.Contains(l, "://") {
+		if !strings.Contains(l, "://") && !strings.HasPrefix(l, "executor ") {
 			s.Stop()
 			return nil, fmt.Errorf("%s printed %q, not a URL; stderr: %s", argv[0], l, tb.String())
 		}
@@ -126,6 +126,27 @@ func StartOutpost(ctx context.Context, bin string, env ...string) (*Server, erro
 // port (Noise + yamux); the URL carries the executor's fingerprint.
 func StartOutpostNative(ctx context.Context, bin, stateDir string, env ...string) (*Server, error) {
 	return Start(ctx, env, bin, "executor", "serve", "--listen", "tcp://127.0.0.1:0", "--state-dir", stateDir, "--log-level", "warn")
+}
+
+// StartRelay starts "outpost relay serve" on a loopback port; its URL
+// (outpost://...#fingerprint) is the server's URL.
+func StartRelay(ctx context.Context, bin, stateDir string) (*Server, error) {
+	return Start(ctx, nil, bin, "relay", "serve", "--listen", "tcp://127.0.0.1:0", "--state-dir", stateDir, "--log-level", "warn")
+}
+
+// StartJoinedExecutor starts "outpost executor join"; it prints a line
+// (not a URL) once it starts joining.
+func StartJoinedExecutor(ctx context.Context, bin, relayURL, token, id, stateDir string) (*Server, error) {
+	return Start(ctx, nil, bin, "executor", "join", "--relay", relayURL, "--token", token, "--id", id, "--state-dir", stateDir, "--log-level", "warn")
+}
+
+// Token creates a relay token with "outpost token create".
+func Token(bin, stateDir string, args ...string) (string, error) {
+	out, err := exec.Command(bin, append([]string{"token", "create", "--state-dir", stateDir}, args...)...).Output()
+	if err != nil {
+		return "", fmt.Errorf("outpost token create: %w", err)
+	}
+	return strings.TrimSpace(string(out)), nil
 }
 
 // StartCodex starts "codex exec-server" on a loopback port.
