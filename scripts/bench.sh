@@ -19,3 +19,5 @@ go test ./bench -run '^$' -bench 'Throughput' -benchtime "${THROUGHPUT_RUNS:-3}x
 go test ./bench -run '^$' -bench 'Connect' -benchtime "${CONNECT_RUNS:-200}x" -count 1
 go test ./bench -run '^$' -bench 'Concurrent1000' -benchtime 1x -count 1
 go test ./bench -run '^$' -bench 'SandboxOverhead' -benchtime "${SANDBOX_RUNS:-300}x" -count 1
+go test ./bench -run '^$' -bench 'RelayConnectToFirstOutput' -benchtime "${CONNECT_RUNS:-200}x" -count 1
+go test ./bench -run '^$' -bench 'RelayIdleExecutors' -benchtime 1x -count 1

@@ -236,7 +236,7 @@ func NoiseInitiator(ctx context.Context, conn net.Conn, cfg NoiseConfig) (*Noise
 	if err != nil {
 		return nil, fmt.Errorf("noise: %w", err)
 	}
-	br := bufio.NewReaderSize(conn, 2*(MaxRecordBytes+2))
+	br := bufio.NewReaderSize(conn, readBuffer)
 	if _, err := conn.Write([]byte{'O', 'P', NoiseVersion, pattern}); err != nil {
 		return nil, fmt.Errorf("noise handshake: %w", err)
 	}
@@ -300,7 +300,7 @@ func handshakeReadErr(err error) error {
 func NoiseResponder(ctx context.Context, conn net.Conn, cfg NoiseConfig) (*NoiseConn, error) {
 	done := withDeadline(ctx, conn, cfg.timeout())
 	defer done()
-	br := bufio.NewReaderSize(conn, 2*(MaxRecordBytes+2))
+	br := bufio.NewReaderSize(conn, readBuffer)
 	var pre [4]byte
 	if _, err := io.ReadFull(br, pre[:]); err != nil {
 		return nil, fmt.Errorf("noise handshake: reading preamble: %w", err)
@@ -450,7 +450,13 @@ func (c *NoiseConn) countRecv() {
 }
 
 // writeBatch is how many bytes of records Write gathers per system call.
-const writeBatch = 4 * (MaxRecordBytes + 2)
+// readBuffer is the buffered reader in front of the connection (large
+// records bypass it). Both stay small on idle connections: a relay holds
+// thousands of them.
+const (
+	writeBatch = 4 * (MaxRecordBytes + 2)
+	readBuffer = 16 << 10
+)
 
 // Write encrypts p into records.
 func (c *NoiseConn) Write(p []byte) (int, error) {
@@ -466,21 +472,25 @@ func (c *NoiseConn) WriteBuffers(bufs ...[]byte) (int, error) {
 	if c.werr != nil {
 		return 0, c.werr
 	}
-	if c.wbuf == nil {
-		c.wbuf = make([]byte, 0, writeBatch)
+	need := 0
+	for _, p := range bufs {
+		need += len(p) + (len(p)/MaxRecordPlaintext+1)*(2+noiseTagBytes)
+	}
+	if need = min(need, writeBatch); cap(c.wbuf) < need {
+		c.wbuf = make([]byte, 0, max(need, 4096))
 	}
 	total := 0
 	buf := c.wbuf[:0]
 	for _, p := range bufs {
 		for off := 0; off < len(p); {
-			if len(buf)+2+MaxRecordBytes > cap(buf) {
+			n := min(len(p)-off, MaxRecordPlaintext)
+			if len(buf) > 0 && len(buf)+2+n+noiseTagBytes > cap(buf) {
 				if _, err := c.conn.Write(buf); err != nil {
 					c.werr = err
 					return total, err
 				}
 				buf = c.wbuf[:0]
 			}
-			n := min(len(p)-off, MaxRecordPlaintext)
 			hdr := len(buf)
 			out, err := c.send.Encrypt(append(buf, 0, 0), nil, p[off:off+n])
 			if err != nil {
