@@ -77,5 +77,3 @@ func BenchmarkRelayIdleExecutors(b *testing.B) {
 		srv.Shutdown(context.Background())
 	}
 }
-
-
