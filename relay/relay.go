@@ -58,6 +58,15 @@ type Config struct {
 	MaxConnections   int
 	MaxHandshakes    int
 	HandshakeTimeout time.Duration
+	// MaxStreamsPerExecutor bounds the client streams spliced to one
+	// executor at a time (default 1024).
+	MaxStreamsPerExecutor int
+	// MaxFailedHandshakes failed handshakes from one source address within
+	// FailureWindow make the relay refuse that address for the rest of the
+	// window (defaults 20 per minute), so a scanner or a brute-forcer cannot
+	// keep handshake slots busy.
+	MaxFailedHandshakes int
+	FailureWindow       time.Duration
 }
 
 // Server is a relay.
@@ -67,6 +76,12 @@ type Server struct {
 
 	mu        sync.Mutex
 	executors map[string]*joined
+	failures  map[string]*failureCount // by source IP
+}
+
+type failureCount struct {
+	n     int
+	since time.Time
 }
 
 type joined struct {
@@ -76,6 +91,7 @@ type joined struct {
 	version string
 	since   time.Time
 	sess    *yamux.Session
+	streams int // spliced client streams, under Server.mu
 }
 
 // Errors a client sees.
@@ -104,7 +120,16 @@ func NewServer(cfg Config) (*Server, error) {
 	if cfg.MaxHandshakes <= 0 {
 		cfg.MaxHandshakes = 256
 	}
-	return &Server{cfg: cfg, log: cfg.Logger, executors: map[string]*joined{}}, nil
+	if cfg.MaxStreamsPerExecutor <= 0 {
+		cfg.MaxStreamsPerExecutor = 1024
+	}
+	if cfg.MaxFailedHandshakes <= 0 {
+		cfg.MaxFailedHandshakes = 20
+	}
+	if cfg.FailureWindow <= 0 {
+		cfg.FailureWindow = time.Minute
+	}
+	return &Server{cfg: cfg, log: cfg.Logger, executors: map[string]*joined{}, failures: map[string]*failureCount{}}, nil
 }
 
 // Listener serves the relay on a TCP port.
@@ -184,7 +209,48 @@ func (l *Listener) accept() {
 	}
 }
 
+// blocked reports whether ip failed too many handshakes lately.
+func (s *Server) blocked(ip string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	f := s.failures[ip]
+	if f == nil {
+		return false
+	}
+	if time.Since(f.since) > s.cfg.FailureWindow {
+		delete(s.failures, ip)
+		return false
+	}
+	return f.n >= s.cfg.MaxFailedHandshakes
+}
+
+func (s *Server) failed(ip string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	f := s.failures[ip]
+	if f == nil || time.Since(f.since) > s.cfg.FailureWindow {
+		if len(s.failures) >= 100000 { // bound the table: forget everyone
+			clear(s.failures)
+		}
+		f = &failureCount{since: time.Now()}
+		s.failures[ip] = f
+	}
+	f.n++
+}
+
+func sourceIP(c net.Conn) string {
+	host, _, err := net.SplitHostPort(c.RemoteAddr().String())
+	if err != nil {
+		return c.RemoteAddr().String()
+	}
+	return host
+}
+
 func (s *Server) serve(ctx context.Context, c net.Conn, hs chan struct{}) {
+	ip := sourceIP(c)
+	if s.blocked(ip) {
+		return
+	}
 	select {
 	case hs <- struct{}{}:
 	case <-ctx.Done():
@@ -193,6 +259,7 @@ func (s *Server) serve(ctx context.Context, c net.Conn, hs chan struct{}) {
 	nc, err := transport.NoiseResponder(ctx, c, transport.NoiseConfig{Static: s.cfg.Key, Purpose: Purpose, AllowXX: true, HandshakeTimeout: s.cfg.HandshakeTimeout})
 	<-hs
 	if err != nil {
+		s.failed(ip)
 		s.log.Debug("relay handshake failed", zap.Stringer("remote", c.RemoteAddr()), zap.Error(err))
 		return
 	}
@@ -311,11 +378,24 @@ func (s *Server) connect(ctx context.Context, ctl net.Conn, mc *transport.Msgpac
 	}
 	s.mu.Lock()
 	j := s.executors[p.ExecutorID]
+	full := j != nil && j.streams >= s.cfg.MaxStreamsPerExecutor
+	if j != nil && !full {
+		j.streams++
+	}
 	s.mu.Unlock()
 	if j == nil {
 		mc.WriteError(ctx, m.ID, protocol.Errorf(protocol.CodeNotFound, "relay/connect: executor %s is offline", p.ExecutorID))
 		return
 	}
+	if full {
+		mc.WriteError(ctx, m.ID, protocol.Errorf(protocol.CodeInvalidRequest, "relay/connect: executor %s has %d connections, the most this relay allows", p.ExecutorID, s.cfg.MaxStreamsPerExecutor))
+		return
+	}
+	defer func() {
+		s.mu.Lock()
+		j.streams--
+		s.mu.Unlock()
+	}()
 	up, err := j.sess.OpenStream()
 	if err != nil {
 		mc.WriteError(ctx, m.ID, protocol.Errorf(protocol.CodeNotFound, "relay/connect: executor %s is offline", p.ExecutorID))

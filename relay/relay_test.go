@@ -307,3 +307,50 @@ func TestRelayRestartMidStreamLosesNothing(t *testing.T) {
 		t.Fatal("the client never reconnected")
 	}
 }
+
+func TestAddressWithTooManyFailedHandshakesIsRefused(t *testing.T) {
+	tokens, err := OpenStore(filepath.Join(t.TempDir(), "relay.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, _ := NewServer(Config{Key: key(t).Keypair(), Tokens: tokens, MaxFailedHandshakes: 3, FailureWindow: time.Minute})
+	ln, err := srv.Listen("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	// Garbage handshakes until the address is refused outright.
+	for i := 0; i < 3; i++ {
+		c, err := net.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Write([]byte("GET / HTTP/1.1\r\n\r\n"))
+		io.Copy(io.Discard, c) // the relay hangs up
+		c.Close()
+	}
+	if !srv.blocked("127.0.0.1") {
+		t.Fatal("the address was not blocked after 3 failures")
+	}
+}
+
+func TestGarbageAtTheRelayPortLeavesItServing(t *testing.T) {
+	r := newRelay(t)
+	for _, junk := range []string{"", "\x00\x00\x00", "OP\x01\x01\xff\xff", strings.Repeat("A", 100000)} {
+		c, err := net.Dial("tcp", r.addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Write([]byte(junk))
+		c.Close()
+	}
+	e := join(t, r, "after-junk", r.token(t, TokenJoin, CreateOptions{}), key(t), nil)
+	e.waitJoined(t)
+	env, err := dialVia(t, r, "after-junk", r.token(t, TokenClient, CreateOptions{Executors: "*"}), client.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, err := client.Command(env, "echo", "ok").Output(); err != nil || string(out) != "ok\n" {
+		t.Fatalf("%q %v", out, err)
+	}
+}
