@@ -94,7 +94,7 @@ func Dial(ctx context.Context, url string, opts Options) (*Remote, error) {
 		}
 	case strings.HasPrefix(url, "stdio://"):
 		dial = stdioDialer(strings.TrimPrefix(url, "stdio://"))
-	case strings.HasPrefix(url, transport.RelayScheme):
+	case transport.IsRelayURL(url):
 		d, err := relayDialer(url, opts)
 		if err != nil {
 			return nil, err
@@ -217,10 +217,9 @@ func relayDialer(url string, opts Options) (dialFunc, error) {
 		muxCfg = transport.DefaultMuxConfig()
 	}
 	return func(ctx context.Context, route func(string, transport.Params, bool)) (*conn, error) {
-		var d net.Dialer
-		raw, err := d.DialContext(ctx, "tcp", addr)
+		raw, err := transport.DialRelay(ctx, url)
 		if err != nil {
-			return nil, fmt.Errorf("dial relay %s: %w", addr, err)
+			return nil, err
 		}
 		nc, err := transport.NoiseInitiator(ctx, raw, transport.NoiseConfig{Static: key.Keypair(), Purpose: "relay", PeerStatic: relayKey[:]})
 		if err != nil {
@@ -481,10 +480,9 @@ func ListExecutors(ctx context.Context, url string, opts Options) ([]protocol.Re
 	if err != nil {
 		return nil, err
 	}
-	var d net.Dialer
-	raw, err := d.DialContext(ctx, "tcp", addr)
+	raw, err := transport.DialRelay(ctx, url)
 	if err != nil {
-		return nil, fmt.Errorf("dial relay %s: %w", addr, err)
+		return nil, err
 	}
 	defer raw.Close()
 	nc, err := transport.NoiseInitiator(ctx, raw, transport.NoiseConfig{Static: key.Keypair(), Purpose: "relay", PeerStatic: relayKey[:]})

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"net"
 	"time"
 
 	"github.com/flynn/noise"
@@ -78,8 +77,7 @@ func (s *Server) Join(ctx context.Context, opts JoinOptions) error {
 }
 
 func (s *Server) joinOnce(ctx context.Context, addr string, relayKey identity.PublicKey, opts JoinOptions) (time.Time, error) {
-	var d net.Dialer
-	raw, err := d.DialContext(ctx, "tcp", addr)
+	raw, err := transport.DialRelay(ctx, opts.RelayURL)
 	if err != nil {
 		return time.Time{}, err
 	}

@@ -28,11 +28,13 @@ import (
 	"errors"
 	"io"
 	"net"
+	"net/http"
 	"sort"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/coder/websocket"
 	"github.com/flynn/noise"
 	"github.com/hashicorp/yamux"
 	"go.uber.org/zap"
@@ -161,6 +163,60 @@ func (s *Server) Listen(addr string) (*Listener, error) {
 
 // Addr is the bound address.
 func (l *Listener) Addr() net.Addr { return l.ln.Addr() }
+
+// ListenWS serves the relay over WebSocket (binary messages at
+// transport.RelayWSPath) on addr, for networks that pass only HTTP; the
+// bytes are the same as over TCP.
+func (s *Server) ListenWS(addr string) (*WSListener, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	hs := make(chan struct{}, s.cfg.MaxHandshakes)
+	conns := make(chan struct{}, s.cfg.MaxConnections)
+	mux := http.NewServeMux()
+	mux.HandleFunc(transport.RelayWSPath, func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case conns <- struct{}{}:
+			defer func() { <-conns }()
+		default:
+			http.Error(w, "relay is full", http.StatusServiceUnavailable)
+			return
+		}
+		c, err := websocket.Accept(w, r, &websocket.AcceptOptions{InsecureSkipVerify: true, CompressionMode: websocket.CompressionDisabled})
+		if err != nil {
+			return
+		}
+		c.SetReadLimit(-1)
+		nc := websocket.NetConn(ctx, c, websocket.MessageBinary)
+		defer nc.Close()
+		s.serve(ctx, nc, hs)
+	})
+	hsrv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	l := &WSListener{ln: ln, srv: hsrv, stop: stop, done: make(chan struct{})}
+	go func() { defer close(l.done); hsrv.Serve(ln) }()
+	return l, nil
+}
+
+// WSListener serves the relay over WebSocket.
+type WSListener struct {
+	ln   net.Listener
+	srv  *http.Server
+	stop context.CancelFunc
+	done chan struct{}
+}
+
+// Addr is the bound address.
+func (l *WSListener) Addr() net.Addr { return l.ln.Addr() }
+
+// Close stops the listener and ends its connections.
+func (l *WSListener) Close() error {
+	l.stop()
+	err := l.srv.Close()
+	<-l.done
+	return err
+}
 
 // Close stops the relay and closes every connection.
 func (l *Listener) Close() error {

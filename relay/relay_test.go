@@ -354,3 +354,33 @@ func TestGarbageAtTheRelayPortLeavesItServing(t *testing.T) {
 		t.Fatalf("%q %v", out, err)
 	}
 }
+
+func TestRelayOverWebSocket(t *testing.T) {
+	r := newRelay(t)
+	wl, err := r.srv.ListenWS("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer wl.Close()
+	ws := &testRelay{srv: r.srv, key: r.key, tokens: r.tokens, addr: wl.Addr().String()}
+	wsURL := "outpost+ws://" + ws.addr + "#" + r.key.PublicKey().Fingerprint()
+	cfg := executor.DefaultConfig()
+	srv, _ := executor.NewServer(cfg)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	joined := make(chan struct{}, 1)
+	go srv.Join(ctx, executor.JoinOptions{RelayURL: wsURL, Key: key(t).Keypair(), ID: "behind-proxy", Token: r.token(t, TokenJoin, CreateOptions{}), Joined: func() { joined <- struct{}{} }})
+	select {
+	case <-joined:
+	case <-time.After(testTimeout):
+		t.Fatal("no join over WebSocket")
+	}
+	env, err := client.Dial(ctxT(t), wsURL, client.Options{Key: key(t), Executor: "behind-proxy", Token: r.token(t, TokenClient, CreateOptions{Executors: "*"}), KnownExecutors: filepath.Join(t.TempDir(), "k")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer env.Close()
+	if out, err := client.Command(env, "echo", "over websocket").Output(); err != nil || string(out) != "over websocket\n" {
+		t.Fatalf("%q %v", out, err)
+	}
+}

@@ -42,6 +42,7 @@ func cmdRelayServe(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("outpost relay serve", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	listen := fs.String("listen", "tcp://0.0.0.0:7443", "listen URL tcp://HOST:PORT")
+	wsListen := fs.String("ws-listen", "", "also serve the relay over WebSocket: ws://HOST:PORT (for networks that pass only HTTP)")
 	stateDir := fs.String("state-dir", identity.DefaultStateDir(), "directory for the relay's key and token database")
 	var lf logFlags
 	lf.register(fs)
@@ -80,6 +81,20 @@ func cmdRelayServe(args []string, stdout, stderr io.Writer) int {
 	}
 	url := "outpost://" + ln.Addr().String() + "#" + key.PublicKey().Fingerprint()
 	fmt.Fprintln(stdout, url)
+	if *wsListen != "" {
+		wsAddr, ok := strings.CutPrefix(*wsListen, "ws://")
+		if !ok {
+			fmt.Fprintf(stderr, "outpost: --ws-listen %q: expected ws://HOST:PORT\n", *wsListen)
+			return exitUsage
+		}
+		wl, err := srv.ListenWS(wsAddr)
+		if err != nil {
+			fmt.Fprintln(stderr, "outpost: listen:", err)
+			return 1
+		}
+		defer wl.Close()
+		fmt.Fprintln(stdout, "outpost+ws://"+wl.Addr().String()+"#"+key.PublicKey().Fingerprint())
+	}
 	if f, ok := stdout.(*os.File); ok {
 		f.Sync()
 	}
