@@ -52,6 +52,17 @@ type Options struct {
 	// NoResume fails processes when the connection drops, instead of
 	// reconnecting.
 	NoResume bool
+	// OfflineGrace is how long a relay may report the executor offline
+	// while reconnecting before its processes fail (default 5 s: enough
+	// for executors to rejoin a restarted relay).
+	OfflineGrace time.Duration
+}
+
+func (o Options) offlineGrace() time.Duration {
+	if o.OfflineGrace > 0 {
+		return o.OfflineGrace
+	}
+	return 5 * time.Second
 }
 
 func (o Options) clientName() string {

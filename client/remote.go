@@ -127,6 +127,7 @@ func (r *Remote) watch(c *conn) {
 func (r *Remote) recover(cause error) {
 	deadline := time.Now().Add(r.opts.recoveryTimeout())
 	backoff := 100 * time.Millisecond
+	var offlineSince time.Time
 	for attempt := 1; ; attempt++ {
 		r.mu.Lock()
 		closed := r.closed
@@ -153,6 +154,19 @@ func (r *Remote) recover(cause error) {
 			// unknown session: it expired or the executor restarted.
 			r.failAll(fmt.Errorf("%w (%v); failed to resume session %s: %v", errTransport, cause, r.sessionID, err))
 			return
+		}
+		if errors.As(err, &pe) && pe.Code == protocol.CodeNotFound {
+			// The relay says the executor is offline. It may be rejoining
+			// after a relay restart; past a short grace it is gone, and so
+			// is the session it held: say so promptly.
+			if offlineSince.IsZero() {
+				offlineSince = time.Now()
+			} else if time.Since(offlineSince) > r.opts.offlineGrace() {
+				r.failAll(fmt.Errorf("%w (%v): %s", errTransport, cause, pe.Message))
+				return
+			}
+		} else {
+			offlineSince = time.Time{}
 		}
 		if time.Now().After(deadline) {
 			r.failAll(fmt.Errorf("%w (%v); gave up resuming session %s after %d attempts: %v", errTransport, cause, r.sessionID, attempt, err))

@@ -384,3 +384,26 @@ func TestRelayOverWebSocket(t *testing.T) {
 		t.Fatalf("%q %v", out, err)
 	}
 }
+
+func TestExecutorGoingAwayFailsClientsPromptlyAsOffline(t *testing.T) {
+	r := newRelay(t)
+	e := join(t, r, "leaving", r.token(t, TokenJoin, CreateOptions{}), key(t), nil)
+	e.waitJoined(t)
+	env, err := dialVia(t, r, "leaving", r.token(t, TokenClient, CreateOptions{Executors: "*"}), client.Options{OfflineGrace: 300 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := env.Start(ctxT(t), protocol.ExecParams{Argv: []string{"sleep", "60"}, Env: env0})
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	e.cancel() // the executor leaves (and its processes with it)
+	<-p.Done()
+	if err := p.Err(); err == nil || !strings.Contains(err.Error(), "executor leaving is offline") {
+		t.Fatalf("err = %v", err)
+	}
+	if d := time.Since(start); d > 10*time.Second {
+		t.Fatalf("offline reported after %v", d)
+	}
+}
