@@ -15,7 +15,6 @@ package executor
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -54,17 +53,11 @@ type NativeOptions struct {
 
 // NativeListener serves the native transport on a listener.
 type NativeListener struct {
-	srv   *Server
-	ln    net.Listener
-	opts  NativeOptions
-	url   string
-	ctx   context.Context
-	stop  context.CancelFunc
-	wg    sync.WaitGroup
-	conns chan struct{}
-	hs    chan struct{}
-	mu    sync.Mutex
-	open  map[net.Conn]struct{}
+	srv  *Server
+	acc  *transport.Acceptor
+	opts NativeOptions
+	url  string
+	hs   chan struct{}
 }
 
 // ParseNativeURL splits tcp://HOST:PORT or unix:///path into a network
@@ -120,20 +113,13 @@ func (s *Server) ListenNative(url string, opts NativeOptions) (*NativeListener, 
 	if network == "unix" {
 		os.Chmod(addr, 0o600)
 	}
-	ctx, stop := context.WithCancel(context.Background())
-	l := &NativeListener{
-		srv: s, ln: ln, opts: opts, ctx: ctx, stop: stop,
-		conns: make(chan struct{}, opts.MaxConnections),
-		hs:    make(chan struct{}, opts.MaxHandshakes),
-		open:  make(map[net.Conn]struct{}),
-	}
+	l := &NativeListener{srv: s, opts: opts, hs: make(chan struct{}, opts.MaxHandshakes)}
 	if network == "tcp" {
 		l.url = "tcp://" + ln.Addr().String()
 	} else {
 		l.url = "unix://" + addr
 	}
-	l.wg.Add(1)
-	go l.acceptLoop()
+	l.acc = transport.Serve(ln, opts.MaxConnections, l.serve)
 	return l, nil
 }
 
@@ -141,61 +127,16 @@ func (s *Server) ListenNative(url string, opts NativeOptions) (*NativeListener, 
 func (l *NativeListener) URL() string { return l.url }
 
 // Addr is the bound address.
-func (l *NativeListener) Addr() net.Addr { return l.ln.Addr() }
+func (l *NativeListener) Addr() net.Addr { return l.acc.Addr() }
 
 // Close stops accepting and closes every connection (their sessions
 // detach) and waits for them to wind down.
-func (l *NativeListener) Close() error {
-	l.stop()
-	err := l.ln.Close()
-	l.mu.Lock()
-	for c := range l.open {
-		c.Close()
-	}
-	l.mu.Unlock()
-	l.wg.Wait()
-	return err
-}
+func (l *NativeListener) Close() error { return l.acc.Close() }
 
-func (l *NativeListener) acceptLoop() {
-	defer l.wg.Done()
-	for {
-		select {
-		case l.conns <- struct{}{}:
-		case <-l.ctx.Done():
-			return
-		}
-		c, err := l.ln.Accept()
-		if err != nil {
-			<-l.conns
-			if l.ctx.Err() != nil || errors.Is(err, net.ErrClosed) {
-				return
-			}
-			l.srv.log.Warn("accept failed", zap.Error(err))
-			continue
-		}
-		l.mu.Lock()
-		l.open[c] = struct{}{}
-		l.mu.Unlock()
-		l.wg.Add(1)
-		go func() {
-			defer l.wg.Done()
-			defer func() { <-l.conns }()
-			defer func() {
-				l.mu.Lock()
-				delete(l.open, c)
-				l.mu.Unlock()
-				c.Close()
-			}()
-			l.serve(c)
-		}()
-	}
-}
-
-func (l *NativeListener) serve(c net.Conn) {
+func (l *NativeListener) serve(ctx context.Context, c net.Conn) {
 	select {
 	case l.hs <- struct{}{}:
-	case <-l.ctx.Done():
+	case <-ctx.Done():
 		return
 	}
 	cfg := transport.NoiseConfig{Static: l.opts.Key, Purpose: NativePurpose, AllowXX: true, HandshakeTimeout: l.opts.HandshakeTimeout}
@@ -205,7 +146,7 @@ func (l *NativeListener) serve(c net.Conn) {
 		}
 		return nil
 	}
-	nc, err := transport.NoiseResponder(l.ctx, c, cfg)
+	nc, err := transport.NoiseResponder(ctx, c, cfg)
 	<-l.hs
 	if err != nil {
 		l.srv.log.Info("handshake failed", zap.Stringer("remote", c.RemoteAddr()), zap.Error(err))
@@ -217,7 +158,7 @@ func (l *NativeListener) serve(c net.Conn) {
 		return
 	}
 	defer sess.Close()
-	l.srv.ServeMux(l.ctx, sess, l.opts.Mux.MaxInboundStreams)
+	l.srv.ServeMux(ctx, sess, l.opts.Mux.MaxInboundStreams)
 }
 
 // ServeMux serves a yamux session: every stream the client opens is a

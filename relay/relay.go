@@ -136,15 +136,7 @@ func NewServer(cfg Config) (*Server, error) {
 
 // Listener serves the relay on a TCP port.
 type Listener struct {
-	s     *Server
-	ln    net.Listener
-	ctx   context.Context
-	stop  context.CancelFunc
-	wg    sync.WaitGroup
-	conns chan struct{}
-	hs    chan struct{}
-	mu    sync.Mutex
-	open  map[net.Conn]struct{}
+	acc *transport.Acceptor
 }
 
 // Listen binds addr (HOST:PORT) and serves.
@@ -153,16 +145,15 @@ func (s *Server) Listen(addr string) (*Listener, error) {
 	if err != nil {
 		return nil, err
 	}
-	ctx, stop := context.WithCancel(context.Background())
-	l := &Listener{s: s, ln: ln, ctx: ctx, stop: stop, conns: make(chan struct{}, s.cfg.MaxConnections),
-		hs: make(chan struct{}, s.cfg.MaxHandshakes), open: map[net.Conn]struct{}{}}
-	l.wg.Add(1)
-	go l.accept()
-	return l, nil
+	hs := make(chan struct{}, s.cfg.MaxHandshakes)
+	return &Listener{acc: transport.Serve(ln, s.cfg.MaxConnections, func(ctx context.Context, c net.Conn) { s.serve(ctx, c, hs) })}, nil
 }
 
 // Addr is the bound address.
-func (l *Listener) Addr() net.Addr { return l.ln.Addr() }
+func (l *Listener) Addr() net.Addr { return l.acc.Addr() }
+
+// Close stops the relay and closes every connection.
+func (l *Listener) Close() error { return l.acc.Close() }
 
 // ListenWS serves the relay over WebSocket (binary messages at
 // transport.RelayWSPath) on addr, for networks that pass only HTTP; the
@@ -216,53 +207,6 @@ func (l *WSListener) Close() error {
 	err := l.srv.Close()
 	<-l.done
 	return err
-}
-
-// Close stops the relay and closes every connection.
-func (l *Listener) Close() error {
-	l.stop()
-	err := l.ln.Close()
-	l.mu.Lock()
-	for c := range l.open {
-		c.Close()
-	}
-	l.mu.Unlock()
-	l.wg.Wait()
-	return err
-}
-
-func (l *Listener) accept() {
-	defer l.wg.Done()
-	for {
-		select {
-		case l.conns <- struct{}{}:
-		case <-l.ctx.Done():
-			return
-		}
-		c, err := l.ln.Accept()
-		if err != nil {
-			<-l.conns
-			if l.ctx.Err() != nil || errors.Is(err, net.ErrClosed) {
-				return
-			}
-			continue
-		}
-		l.mu.Lock()
-		l.open[c] = struct{}{}
-		l.mu.Unlock()
-		l.wg.Add(1)
-		go func() {
-			defer l.wg.Done()
-			defer func() { <-l.conns }()
-			defer func() {
-				l.mu.Lock()
-				delete(l.open, c)
-				l.mu.Unlock()
-				c.Close()
-			}()
-			l.s.serve(l.ctx, c, l.hs)
-		}()
-	}
 }
 
 // blocked reports whether ip failed too many handshakes lately.
