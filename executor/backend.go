@@ -34,6 +34,8 @@ type Spec struct {
 	Sandboxed     bool
 	UserNamespace bool
 	SandboxType   string // reported in the start result; "" = no sandbox context
+	// Classify decides whether a failed sandboxed run was denied.
+	Classify func(exitCode, signal int32, lines func(yield func(string) bool)) bool
 }
 
 // Process is a started process. All methods are safe for concurrent use.

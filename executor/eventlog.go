@@ -269,21 +269,20 @@ func runAll(fs []func()) {
 // Closed is closed once the close event is logged.
 func (l *EventLog) Closed() <-chan struct{} { return l.closedCh }
 
-// RetainedOutputContains reports whether any retained chunk contains one
-// of markers, case-insensitively (used to classify sandbox denials; the
-// output itself is kept as it is).
-func (l *EventLog) RetainedOutputContains(markers ...string) bool {
+// RetainedLines yields the retained output line by line (lines split
+// across chunks are joined), for classifying a sandbox denial.
+func (l *EventLog) RetainedLines(yield func(line string) bool) {
 	l.mu.Lock()
-	defer l.mu.Unlock()
+	var all []byte
 	for _, c := range l.chunks[l.head:] {
-		low := bytes.ToLower(c.Data)
-		for _, m := range markers {
-			if bytes.Contains(low, []byte(m)) {
-				return true
-			}
+		all = append(all, c.Data...)
+	}
+	l.mu.Unlock()
+	for _, line := range bytes.Split(all, []byte{'\n'}) {
+		if !yield(string(line)) {
+			return
 		}
 	}
-	return false
 }
 
 // Snapshot is the log's state at one instant.

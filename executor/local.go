@@ -72,11 +72,11 @@ func (b *LocalBackend) Start(ctx context.Context, spec Spec) (Process, error) {
 	}
 	cmd := &exec.Cmd{Path: path, Args: args, Env: spec.Env, Dir: spec.Dir}
 	p := &localProcess{
-		sandboxed: spec.Sandboxed,
-		cmd:       cmd,
-		grace:     b.TerminateGrace,
-		tty:       spec.Tty,
-		exited:    make(chan struct{}),
+		classify: spec.Classify,
+		cmd:      cmd,
+		grace:    b.TerminateGrace,
+		tty:      spec.Tty,
+		exited:   make(chan struct{}),
 	}
 	if p.grace <= 0 {
 		p.grace = 2 * time.Second
@@ -274,15 +274,15 @@ func checkExecutable(p string) error {
 }
 
 type localProcess struct {
-	sandboxed bool
-	cmd       *exec.Cmd
-	log       *EventLog
-	pgid      int
-	tty       bool
-	ptmx      *os.File
-	grace     time.Duration
-	stdin     *stdinQueue
-	ids       writeIDs
+	classify func(exitCode, signal int32, lines func(yield func(string) bool)) bool
+	cmd      *exec.Cmd
+	log      *EventLog
+	pgid     int
+	tty      bool
+	ptmx     *os.File
+	grace    time.Duration
+	stdin    *stdinQueue
+	ids      writeIDs
 
 	streams []*outStream
 
@@ -434,7 +434,7 @@ func (p *localProcess) wait() {
 		p.stdin.closeNow()
 	}
 	p.awaitWrittenOutput()
-	denied := p.sandboxed && sandbox.LikelyDenied(code, p.log.RetainedOutputContains)
+	denied := p.classify != nil && p.classify(code, sig, p.log.RetainedLines)
 	p.log.ExitBySignal(code, sig, denied)
 	if p.tty {
 		// The PTY master stays open until every stream holder is done;

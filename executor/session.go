@@ -197,6 +197,9 @@ func (s *Session) sandboxed(p *protocol.ExecParams, spec Spec) (Spec, error) {
 	}
 	spec.Argv, spec.Arg0, spec.Env, spec.Path = prep.Argv, prep.Arg0, prep.Env, prep.Path
 	spec.Sandboxed, spec.UserNamespace, spec.SandboxType = prep.SandboxType == sandbox.TypeLinux, prep.UserNamespace, prep.SandboxType
+	if spec.Sandboxed {
+		spec.Classify = prep.Resolved.Classify
+	}
 	return spec, nil
 }
 

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 )
 
 // MaxPolicyBytes bounds an encoded policy.
@@ -71,16 +72,65 @@ func ParsePolicy(data []byte) (Policy, error) {
 // output is never replaced; the flag only classifies it.
 var DenialMarkers = []string{"permission denied", "operation not permitted", "read-only file system"}
 
-// LikelyDenied classifies a sandboxed command's exit: never for exit 0,
-// nor 126/127 (could not execute / not found — the helper's own setup
-// failures exit 126 too); always for death by SIGSYS (128+31); otherwise
-// when its output holds a denial marker.
-func LikelyDenied(exitCode int32, outputContains func(markers ...string) bool) bool {
-	switch exitCode {
-	case 0, 126, 127:
+// Classify decides whether a sandboxed command's failure was likely the
+// sandbox's doing:
+//   - never for exit 0, nor 126/127 (could not execute / not found — the
+//     helper's own set-up failures exit 126 too);
+//   - always for death by SIGSYS;
+//   - otherwise when a line of its output holds a denial marker and
+//     either names no absolute path, or names one this policy does not
+//     let it write (a denial on a path it may write came from ordinary
+//     file permissions, not the sandbox).
+//
+// lines yields the retained output one line at a time.
+func (r Resolved) Classify(exitCode, signal int32, lines func(yield func(line string) bool)) bool {
+	switch {
+	case exitCode == 0 || exitCode == 126 || exitCode == 127:
 		return false
-	case 128 + 31:
+	case signal == 31: // SIGSYS
 		return true
 	}
-	return outputContains(DenialMarkers...)
+	denied := false
+	lines(func(line string) bool {
+		low := strings.ToLower(line)
+		marked := false
+		for _, m := range DenialMarkers {
+			if strings.Contains(low, m) {
+				marked = true
+				break
+			}
+		}
+		if !marked {
+			return true
+		}
+		paths := absolutePaths(line)
+		if len(paths) == 0 {
+			denied = true
+			return false
+		}
+		for _, p := range paths {
+			if r.Access(p) != AccessWrite {
+				denied = true
+				return false
+			}
+		}
+		return true
+	})
+	return denied
+}
+
+// absolutePaths picks the absolute paths out of an error line such as
+// "sh: 1: cannot create /srv/x: Permission denied" or
+// "touch: cannot touch '/etc/x': Read-only file system".
+func absolutePaths(line string) []string {
+	var out []string
+	for _, f := range strings.FieldsFunc(line, func(r rune) bool {
+		return r == ' ' || r == '\t' || r == '\'' || r == '"' || r == '`' || r == '(' || r == ')'
+	}) {
+		f = strings.TrimRight(f, ":,;.")
+		if strings.HasPrefix(f, "/") && len(f) > 1 {
+			out = append(out, f)
+		}
+	}
+	return out
 }

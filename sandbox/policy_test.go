@@ -3,6 +3,7 @@ package sandbox
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -162,4 +163,41 @@ func FuzzParsePolicy(f *testing.F) {
 		}
 		r.Access("/x/y")
 	})
+}
+
+func TestClassifyFlagsOnlyLikelySandboxDenials(t *testing.T) {
+	cwd := t.TempDir()
+	r := resolve(t, Policy{Mode: ModeWorkspaceWrite}, cwd)
+	lines := func(text string) func(func(string) bool) {
+		return func(yield func(string) bool) {
+			for _, l := range strings.Split(text, "\n") {
+				if !yield(l) {
+					return
+				}
+			}
+		}
+	}
+	cases := []struct {
+		name   string
+		code   int32
+		signal int32
+		out    string
+		want   bool
+	}{
+		{"success", 0, 0, "permission denied", false},
+		{"could not execute", 126, 0, "Permission denied", false},
+		{"not found", 127, 0, "sh: foo: not found", false},
+		{"SIGSYS", 159, 31, "", true},
+		{"outside the writable roots", 2, 0, "sh: 1: cannot create /etc/outpost-x: Permission denied", true},
+		{"read-only file system", 1, 0, "touch: cannot touch '/usr/x': Read-only file system", true},
+		{"no path", 1, 0, "socket: Operation not permitted", true},
+		{"inside the workspace (file permissions)", 1, 0, "cat: " + cwd + "/secret: Permission denied", false},
+		{"the word sandbox alone", 1, 0, "error: sandbox tests failed", false},
+		{"ordinary failure", 3, 0, "FAIL: 2 tests", false},
+	}
+	for _, c := range cases {
+		if got := r.Classify(c.code, c.signal, lines(c.out)); got != c.want {
+			t.Errorf("%s: %v, want %v", c.name, got, c.want)
+		}
+	}
 }
