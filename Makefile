@@ -1,7 +1,7 @@
 # outpost — build, test, benchmark.
 GO ?= go
 
-.PHONY: all build test fmt-check vet unit demo bench fuzz
+.PHONY: all build test fmt-check vet unit demo bench fuzz e2e
 
 all: build
 
@@ -33,3 +33,8 @@ bench:
 FUZZTIME ?= 20s
 fuzz:
 	bash scripts/fuzz.sh $(FUZZTIME)
+
+# End-to-end tests with docker compose (needs a Docker engine, docker-compose
+# and busybox-static): deploy/docker-compose.yml, driven by e2e/.
+e2e:
+	$(GO) test -tags e2e -count=1 -v -timeout 20m ./e2e

@@ -1,0 +1,168 @@
+//go:build e2e
+
+// Package e2e drives outpost as users deploy it: a relay, two executors on
+// networks of their own and a client, as containers with docker compose
+// (deploy/docker-compose.yml). Run with `make e2e` (needs a Docker engine).
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/outpost-exec/outpost/identity"
+	"github.com/outpost-exec/outpost/internal/peers"
+	"github.com/outpost-exec/outpost/relay"
+)
+
+const image = "outpost:e2e"
+
+type stack struct {
+	dir     string
+	env     []string
+	project string
+}
+
+func run(t *testing.T, dir string, env []string, name string, args ...string) (string, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, name, args...)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), env...)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err := cmd.Run()
+	return out.String(), err
+}
+
+// buildImage lays out a FROM-scratch context: the static outpost binary
+// and busybox with its applets.
+func buildImage(t *testing.T, root string) {
+	t.Helper()
+	ctxDir := t.TempDir()
+	rootfs := filepath.Join(ctxDir, "rootfs")
+	for _, d := range []string{"usr/bin", "bin", "tmp", "state"} {
+		os.MkdirAll(filepath.Join(rootfs, d), 0o755)
+	}
+	os.Chmod(filepath.Join(rootfs, "tmp"), 0o1777)
+	build := exec.Command("go", "build", "-o", filepath.Join(rootfs, "usr/bin/outpost"), "./cmd/outpost")
+	build.Dir, build.Env = root, append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	busybox, err := exec.LookPath("busybox")
+	if err != nil {
+		t.Skip("busybox-static is not installed (apt-get install busybox-static)")
+	}
+	b, _ := os.ReadFile(busybox)
+	os.WriteFile(filepath.Join(rootfs, "bin/busybox"), b, 0o755)
+	for _, applet := range []string{"sh", "echo", "cat", "ls", "sleep", "seq", "head", "mkdir", "touch", "rm", "true", "false", "env", "id", "uname", "tr", "wc", "grep", "hostname", "sha256sum", "yes", "nslookup"} {
+		os.Symlink("busybox", filepath.Join(rootfs, "bin", applet))
+	}
+	os.WriteFile(filepath.Join(ctxDir, "Dockerfile"), mustRead(t, filepath.Join(root, "deploy/Dockerfile")), 0o644)
+	if out, err := run(t, ctxDir, nil, "docker", "build", "-q", "-t", image, "."); err != nil {
+		t.Fatalf("docker build: %v\n%s", err, out)
+	}
+}
+
+func mustRead(t *testing.T, p string) []byte {
+	b, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func setup(t *testing.T) *stack {
+	t.Helper()
+	if _, err := exec.LookPath("docker-compose"); err != nil {
+		t.Skip("docker-compose is not installed")
+	}
+	if out, err := run(t, "", nil, "docker", "info"); err != nil {
+		t.Skipf("no Docker engine: %s", out)
+	}
+	root, err := peers.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	buildImage(t, root)
+	// The relay's state, prepared on the host: its key (so the URL is
+	// known in advance) and the tokens.
+	state := t.TempDir()
+	key, _, err := identity.LoadOrCreate(filepath.Join(state, "relay.key"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	store, err := relay.OpenStore(filepath.Join(state, "relay.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok := func(kind relay.TokenKind, o relay.CreateOptions) string {
+		s, _, err := store.Create(kind, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	os.Chmod(state, 0o777)
+	for _, f := range []string{"relay.key", "relay.db"} {
+		os.Chmod(filepath.Join(state, f), 0o600)
+	}
+	project := fmt.Sprintf("outpost-e2e-%d", time.Now().UnixNano()%1e6)
+	s := &stack{dir: filepath.Join(root, "deploy"), project: project, env: []string{
+		"COMPOSE_PROJECT_NAME=" + project,
+		"OUTPOST_RELAY_STATE=" + state,
+		"OUTPOST_RELAY_URL=outpost://relay:7443#" + key.PublicKey().Fingerprint(),
+		"OUTPOST_JOIN_TOKEN_1=" + tok(relay.TokenJoin, relay.CreateOptions{Uses: 1}),
+		"OUTPOST_JOIN_TOKEN_2=" + tok(relay.TokenJoin, relay.CreateOptions{Uses: 1}),
+		"OUTPOST_CLIENT_TOKEN=" + tok(relay.TokenClient, relay.CreateOptions{Executors: "exec*"}),
+	}}
+	t.Cleanup(func() {
+		if t.Failed() {
+			out, _ := run(t, s.dir, s.env, "docker-compose", "logs", "--no-color")
+			t.Logf("compose logs:\n%s", out)
+		}
+		run(t, s.dir, s.env, "docker-compose", "down", "-v", "--remove-orphans")
+		run(t, "", nil, "docker", "rmi", "-f", image)
+	})
+	if out, err := run(t, s.dir, s.env, "docker-compose", "up", "-d", "relay", "exec1", "exec2"); err != nil {
+		t.Fatalf("compose up: %v\n%s", err, out)
+	}
+	return s
+}
+
+// exec runs "outpost exec ..." in a fresh client container.
+func (s *stack) exec(t *testing.T, args ...string) (string, error) {
+	t.Helper()
+	return run(t, s.dir, s.env, "docker-compose", append([]string{"run", "--rm", "-T", "client", "exec"}, args...)...)
+}
+
+func TestCommandsRunOnEachExecutorThroughTheRelay(t *testing.T) {
+	s := setup(t)
+	for _, id := range []string{"exec1", "exec2"} {
+		var out string
+		var err error
+		for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(500 * time.Millisecond) {
+			out, err = s.exec(t, "--executor", id, "--", "sh", "-c", "echo hello from $(hostname)")
+			if err == nil || time.Now().After(deadline) {
+				break
+			}
+		}
+		if err != nil || !strings.Contains(out, "hello from") {
+			t.Fatalf("%s: %v\n%s", id, err, out)
+		}
+	}
+	// The client's network holds the relay but neither executor.
+	out, err := run(t, s.dir, s.env, "docker-compose", "run", "--rm", "-T", "--entrypoint", "/bin/sh", "client", "-c",
+		"nslookup relay >/dev/null 2>&1 && echo relay-visible; nslookup exec1 >/dev/null 2>&1 && echo exec1-visible; true")
+	if err != nil || !strings.Contains(out, "relay-visible") || strings.Contains(out, "exec1-visible") {
+		t.Fatalf("network isolation: %v\n%s", err, out)
+	}
+}
