@@ -138,10 +138,30 @@ func setup(t *testing.T) *stack {
 	return s
 }
 
-// exec runs "outpost exec ..." in a fresh client container.
+// exec runs "outpost exec ..." in a fresh client container and returns
+// its stdout; an error carries the stderr (outpost's and compose's).
 func (s *stack) exec(t *testing.T, args ...string) (string, error) {
 	t.Helper()
-	return run(t, s.dir, s.env, "docker-compose", append([]string{"run", "--rm", "-T", "client", "exec"}, args...)...)
+	return s.execWith(t, nil, args...)
+}
+
+func (s *stack) execWith(t *testing.T, extra []string, args ...string) (string, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	cargs := []string{"run", "--rm", "-T"}
+	for _, e := range extra {
+		cargs = append(cargs, "-e", e)
+	}
+	cmd := exec.CommandContext(ctx, "docker-compose", append(append(cargs, "client", "exec"), args...)...)
+	cmd.Dir = s.dir
+	cmd.Env = append(os.Environ(), s.env...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		return stdout.String(), fmt.Errorf("%w: %s", err, stderr.String())
+	}
+	return stdout.String(), nil
 }
 
 func TestCommandsRunOnEachExecutorThroughTheRelay(t *testing.T) {
@@ -165,4 +185,84 @@ func TestCommandsRunOnEachExecutorThroughTheRelay(t *testing.T) {
 	if err != nil || !strings.Contains(out, "relay-visible") || strings.Contains(out, "exec1-visible") {
 		t.Fatalf("network isolation: %v\n%s", err, out)
 	}
+}
+
+func waitReady(t *testing.T, s *stack, id string) {
+	t.Helper()
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(500 * time.Millisecond) {
+		if _, err := s.exec(t, "--executor", id, "--", "true"); err == nil {
+			return
+		} else if time.Now().After(deadline) {
+			t.Fatalf("%s never became reachable: %v", id, err)
+		}
+	}
+}
+
+func TestWrongTokenAndWrongRelayKeyAreRejected(t *testing.T) {
+	s := setup(t)
+	waitReady(t, s, "exec1")
+	_, err := s.execWith(t, []string{"OUTPOST_TOKEN=opt_wrong"}, "--executor", "exec1", "--", "true")
+	if err == nil || !strings.Contains(err.Error(), "token") {
+		t.Fatalf("wrong token: %v", err)
+	}
+	other, _ := identity.Generate()
+	_, err = s.execWith(t, []string{"OUTPOST_RELAY=outpost://relay:7443#" + other.PublicKey().Fingerprint()}, "--executor", "exec1", "--", "true")
+	if err == nil || !strings.Contains(err.Error(), "refused") {
+		t.Fatalf("wrong relay key: %v", err)
+	}
+}
+
+func TestRelayRestartWhileACommandStreams(t *testing.T) {
+	s := setup(t)
+	waitReady(t, s, "exec1")
+	done := make(chan struct{})
+	var out string
+	var err error
+	go func() {
+		defer close(done)
+		// 40,000 lines over about 8 s; the relay restarts in the middle.
+		out, err = s.exec(t, "--executor", "exec1", "--", "sh", "-c", "i=0; while [ $i -lt 40 ]; do seq $((i*1000+1)) $((i*1000+1000)); sleep 0.2; i=$((i+1)); done")
+	}()
+	time.Sleep(2 * time.Second)
+	if o, err := run(t, s.dir, s.env, "docker-compose", "restart", "-t", "1", "relay"); err != nil {
+		t.Fatalf("restart: %v\n%s", err, o)
+	}
+	<-done
+	if err != nil {
+		t.Fatalf("the streaming command failed across the relay restart: %v\n%s", err, tail(out))
+	}
+	var want strings.Builder
+	for i := 1; i <= 40000; i++ {
+		fmt.Fprintf(&want, "%d\n", i)
+	}
+	if out != want.String() {
+		i := 0
+		for i < len(out) && i < want.Len() && out[i] == want.String()[i] {
+			i++
+		}
+		t.Fatalf("output differs after the relay restart: got %d bytes, want %d; first difference at %d: %q", len(out), want.Len(), i, out[max(0, i-40):min(len(out), i+160)])
+	}
+}
+
+func TestStoppedExecutorFailsCleanly(t *testing.T) {
+	s := setup(t)
+	waitReady(t, s, "exec2")
+	if o, err := run(t, s.dir, s.env, "docker-compose", "stop", "-t", "1", "exec2"); err != nil {
+		t.Fatalf("stop: %v\n%s", err, o)
+	}
+	start := time.Now()
+	_, err := s.exec(t, "--executor", "exec2", "--", "true")
+	if err == nil || !strings.Contains(err.Error(), "offline") {
+		t.Fatalf("stopped executor: %v", err)
+	}
+	if d := time.Since(start); d > 30*time.Second {
+		t.Fatalf("took %v to report the executor offline", d)
+	}
+}
+
+func tail(s string) string {
+	if len(s) > 200 {
+		return s[len(s)-200:]
+	}
+	return s
 }
