@@ -266,3 +266,12 @@ func tail(s string) string {
 	}
 	return s
 }
+
+func TestSandboxDenialInsideAContainer(t *testing.T) {
+	s := setup(t)
+	waitReady(t, s, "exec1")
+	out, err := s.exec(t, "--executor", "exec1", "--sandbox", "workspace-write", "--cwd", "/tmp", "--", "sh", "-c", "echo ok > /tmp/inside && echo wrote-inside && echo x > /usr/bin/escape")
+	if err == nil || !strings.Contains(out, "wrote-inside") || !strings.Contains(err.Error(), "denied by the sandbox") {
+		t.Fatalf("sandbox in a container: %v\n%s", err, out)
+	}
+}

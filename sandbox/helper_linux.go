@@ -230,9 +230,26 @@ func dropCapabilities(sp spec) {
 // canUnshareMount probes whether a child can get a user and mount
 // namespace (what protected sub-paths need).
 func canUnshareMount() bool {
+	// Any program will do: /bin/true, or else this binary (a container
+	// image may have no /bin/true), started as the helper with no spec,
+	// which exits at once. All that matters is whether the clone into
+	// new namespaces succeeded.
 	cmd := exec.Command("/bin/true")
+	if _, err := os.Stat("/bin/true"); err != nil {
+		bin, err := self()
+		if err != nil {
+			return false
+		}
+		cmd = exec.Command(bin)
+		cmd.Args = []string{HelperName}
+		cmd.Env = []string{}
+	}
 	cmd.SysProcAttr = userNamespaceAttr(&syscall.SysProcAttr{})
-	return cmd.Run() == nil
+	if err := cmd.Start(); err != nil {
+		return false
+	}
+	cmd.Wait()
+	return true
 }
 
 // UserNamespaceAttr adds a user, mount and PID namespace, mapping this

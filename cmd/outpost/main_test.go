@@ -18,11 +18,17 @@ import (
 	"github.com/outpost-exec/outpost/client"
 	"github.com/outpost-exec/outpost/identity"
 	"github.com/outpost-exec/outpost/protocol"
+	"github.com/outpost-exec/outpost/sandbox"
 )
 
 var outpostBin string
 
 func TestMain(m *testing.M) {
+	// In-process commands (doctor, demo) may re-execute this binary as
+	// the sandbox helper.
+	if sandbox.IsHelper() {
+		sandbox.HelperMain()
+	}
 	dir, err := os.MkdirTemp("", "outpost-cli")
 	if err != nil {
 		panic(err)
