@@ -275,3 +275,56 @@ func TestSandboxDenialInsideAContainer(t *testing.T) {
 		t.Fatalf("sandbox in a container: %v\n%s", err, out)
 	}
 }
+
+func TestJunkAndHalfOpenConnectionsLeaveTheRelayHealthy(t *testing.T) {
+	s := setup(t)
+	waitReady(t, s, "exec1")
+	// From the client network: garbage, a truncated handshake, and
+	// connections left open without a word.
+	script := `
+for i in 1 2 3; do printf 'GET / HTTP/1.1\r\n\r\n' | nc -w 1 relay 7443; done
+printf 'OP\001\001\000\377' | nc -w 1 relay 7443
+for i in 1 2 3 4 5; do (sleep 30 | nc relay 7443 &) ; done
+sleep 1; echo junk-sent`
+	out, err := run(t, s.dir, s.env, "docker-compose", "run", "--rm", "-T", "--entrypoint", "/bin/sh", "client", "-c", script)
+	if err != nil || !strings.Contains(out, "junk-sent") {
+		t.Fatalf("sending junk: %v\n%s", err, out)
+	}
+	got, err := s.exec(t, "--executor", "exec1", "--", "echo", "still-healthy")
+	if err != nil || got != "still-healthy\n" {
+		t.Fatalf("after junk: %q %v", got, err)
+	}
+}
+
+func TestDisconnectedExecutorIsOfflineThenRejoins(t *testing.T) {
+	s := setup(t)
+	waitReady(t, s, "exec1")
+	container := func(svc string) string {
+		out, err := run(t, s.dir, s.env, "docker-compose", "ps", "-q", svc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return strings.TrimSpace(out)
+	}
+	exec1, network := container("exec1"), s.project+"_relay_exec1"
+	if out, err := run(t, "", nil, "docker", "network", "disconnect", network, exec1); err != nil {
+		t.Fatalf("disconnect: %v\n%s", err, out)
+	}
+	// The relay notices within its keepalive bound (30 s ping + 10 s write timeout).
+	start := time.Now()
+	for {
+		_, err := s.exec(t, "--executor", "exec1", "--", "true")
+		if err != nil && strings.Contains(err.Error(), "offline") {
+			break
+		}
+		if time.Since(start) > 90*time.Second {
+			t.Fatalf("exec1 still reachable 90 s after its network was cut: %v", err)
+		}
+		time.Sleep(2 * time.Second)
+	}
+	t.Logf("offline reported %v after the disconnect", time.Since(start).Round(time.Second))
+	if out, err := run(t, "", nil, "docker", "network", "connect", network, exec1); err != nil {
+		t.Fatalf("connect: %v\n%s", err, out)
+	}
+	waitReady(t, s, "exec1")
+}
