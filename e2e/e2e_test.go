@@ -328,3 +328,41 @@ func TestDisconnectedExecutorIsOfflineThenRejoins(t *testing.T) {
 	}
 	waitReady(t, s, "exec1")
 }
+
+func TestProcessOutputResumesAfterTheExecutorsNetworkReturns(t *testing.T) {
+	s := setup(t)
+	waitReady(t, s, "exec1")
+	container, err := run(t, s.dir, s.env, "docker-compose", "ps", "-q", "exec1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	exec1, network := strings.TrimSpace(container), s.project+"_relay_exec1"
+	done := make(chan struct{})
+	var out string
+	var xerr error
+	go func() {
+		defer close(done)
+		// 60 lines, one every half second; the executor's network is cut
+		// in the middle and restored.
+		out, xerr = s.exec(t, "--offline-grace", "120s", "--reconnect-for", "150s", "--executor", "exec1", "--", "sh", "-c", "i=1; while [ $i -le 60 ]; do echo line-$i; sleep 0.5; i=$((i+1)); done")
+	}()
+	time.Sleep(3 * time.Second)
+	if o, err := run(t, "", nil, "docker", "network", "disconnect", network, exec1); err != nil {
+		t.Fatalf("disconnect: %v\n%s", err, o)
+	}
+	time.Sleep(20 * time.Second)
+	if o, err := run(t, "", nil, "docker", "network", "connect", network, exec1); err != nil {
+		t.Fatalf("connect: %v\n%s", err, o)
+	}
+	<-done
+	if xerr != nil {
+		t.Fatalf("the client did not resume: %v\n%s", xerr, out)
+	}
+	var want strings.Builder
+	for i := 1; i <= 60; i++ {
+		fmt.Fprintf(&want, "line-%d\n", i)
+	}
+	if out != want.String() {
+		t.Fatalf("output after the network returned:\n%s", out)
+	}
+}

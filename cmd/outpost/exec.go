@@ -55,6 +55,8 @@ func cmdExec(args []string, stdout, stderr io.Writer) int {
 	timeout := fs.Duration("timeout", 0, "stop the command after this long (default: no timeout)")
 	tty := fs.Bool("tty", false, "run on a pseudo-terminal, with this terminal in raw mode")
 	jsonOut := fs.Bool("json", false, "write one JSON event per line instead of the command's output")
+	offlineGrace := fs.Duration("offline-grace", 0, "through a relay: how long to keep resuming while the executor is reported offline (default 5s)")
+	recovery := fs.Duration("reconnect-for", 0, "how long to keep trying to resume after the connection drops (default 25s)")
 	if err := fs.Parse(args); err != nil {
 		return exitUsage
 	}
@@ -84,7 +86,7 @@ func cmdExec(args []string, stdout, stderr io.Writer) int {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	url := *target
-	dialOpts := client.Options{ClientName: "outpost-exec"}
+	dialOpts := client.Options{ClientName: "outpost-exec", OfflineGrace: *offlineGrace, RecoveryTimeout: *recovery}
 	if *executorID != "" {
 		url = *relayURL
 		dialOpts.Executor, dialOpts.Token = *executorID, *token
