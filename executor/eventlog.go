@@ -290,6 +290,7 @@ type Snapshot struct {
 	NextSeq       uint64
 	Exited        bool
 	ExitCode      int32
+	Signal        int32
 	SandboxDenied bool
 	Closed        bool
 }
@@ -304,7 +305,7 @@ func (l *EventLog) Snapshot() Snapshot {
 func (l *EventLog) snapshotLocked() Snapshot {
 	s := Snapshot{NextSeq: l.nextSeq, Closed: l.closed != nil}
 	if l.exit != nil {
-		s.Exited, s.ExitCode, s.SandboxDenied = true, l.exit.ExitCode, l.exit.SandboxDenied
+		s.Exited, s.ExitCode, s.Signal, s.SandboxDenied = true, l.exit.ExitCode, l.exit.Signal, l.exit.SandboxDenied
 	}
 	return s
 }

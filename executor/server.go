@@ -64,6 +64,8 @@ type Config struct {
 	// PathMappings translate client path prefixes to executor ones
 	// (client /workspace → executor /srv/ws/42) for cwd and sandbox roots.
 	PathMappings []pathmap.Mapping
+	// Metrics, if set, counts processes for Prometheus.
+	Metrics *Metrics
 }
 
 // DefaultConfig returns the default configuration with a LocalBackend.

@@ -250,6 +250,14 @@ func (s *Session) Start(ctx context.Context, p protocol.ExecParams) (protocol.St
 		return protocol.StartResult{}, protocol.Errorf(protocol.CodeInvalidRequest, "process %s start was cancelled", id)
 	}
 	entry.proc = proc
+	if m := s.srv.cfg.Metrics; m != nil {
+		// One goroutine per live process; the process limits bound them.
+		m.started()
+		go func() {
+			<-proc.Log().Closed()
+			m.exited(proc.Log().Snapshot())
+		}()
+	}
 	if s.attached != nil {
 		s.attached.sink.follow(s.id, id, proc, 0, false)
 	}

@@ -158,6 +158,7 @@ func cmdExecutorServe(args []string, stdout, stderr io.Writer) int {
 	fs.Int64Var(&backend.Retention.MaxBytes, "retention-bytes", backend.Retention.MaxBytes, "output retained per process, bytes")
 	fs.IntVar(&backend.Retention.MaxChunks, "retention-chunks", backend.Retention.MaxChunks, "output retained per process, chunks")
 	fs.DurationVar(&backend.TerminateGrace, "terminate-grace", backend.TerminateGrace, "wait between TERM and KILL on terminate")
+	adminListen := fs.String("admin-listen", "", "serve /metrics, /livez and /readyz on HOST:PORT (off when empty)")
 	var lf logFlags
 	lf.register(fs)
 	if err := fs.Parse(args); err != nil {
@@ -170,6 +171,12 @@ func cmdExecutorServe(args []string, stdout, stderr io.Writer) int {
 	}
 	defer log.Sync()
 	cfg.Backend, cfg.Logger, cfg.Version = backend, log, version
+	stopAdmin, err := startExecutorAdmin(*adminListen, &cfg, stderr)
+	if err != nil {
+		fmt.Fprintln(stderr, "outpost:", err)
+		return 1
+	}
+	defer stopAdmin()
 	srv, err := executor.NewServer(cfg)
 	if err != nil {
 		fmt.Fprintln(stderr, "outpost:", err)

@@ -217,6 +217,7 @@ func cmdExecutorJoin(args []string, stdout, stderr io.Writer) int {
 	fs.Var(labels, "label", "k=v label (repeatable)")
 	stateDir := fs.String("state-dir", identity.DefaultStateDir(), "directory for the executor's key")
 	authorized := fs.String("authorized-clients", "", "file of client public keys allowed to run commands; default: any the relay brings")
+	adminListen := fs.String("admin-listen", "", "serve /metrics, /livez and /readyz on HOST:PORT (off when empty)")
 	var lf logFlags
 	lf.register(fs)
 	if err := fs.Parse(args); err != nil {
@@ -238,6 +239,12 @@ func cmdExecutorJoin(args []string, stdout, stderr io.Writer) int {
 	}
 	cfg := executor.DefaultConfig()
 	cfg.Logger, cfg.Version = log, version
+	stopAdmin, err := startExecutorAdmin(*adminListen, &cfg, stderr)
+	if err != nil {
+		fmt.Fprintln(stderr, "outpost:", err)
+		return 1
+	}
+	defer stopAdmin()
 	srv, err := executor.NewServer(cfg)
 	if err != nil {
 		fmt.Fprintln(stderr, "outpost:", err)

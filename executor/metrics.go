@@ -1,0 +1,52 @@
+package executor
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Metrics count what the executor does, for Prometheus. A nil *Metrics
+// counts nothing.
+type Metrics struct {
+	starts  prometheus.Counter
+	exits   *prometheus.CounterVec
+	denials prometheus.Counter
+	running prometheus.Gauge
+}
+
+// NewMetrics registers the executor's metrics on reg.
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
+		starts:  prometheus.NewCounter(prometheus.CounterOpts{Name: "outpost_executor_process_starts_total", Help: "Processes started."}),
+		exits:   prometheus.NewCounterVec(prometheus.CounterOpts{Name: "outpost_executor_process_exits_total", Help: "Processes exited, by class (ok, error, signal, sandbox_denied)."}, []string{"class"}),
+		denials: prometheus.NewCounter(prometheus.CounterOpts{Name: "outpost_executor_sandbox_denials_total", Help: "Sandboxed processes whose failure was classified as a sandbox denial."}),
+		running: prometheus.NewGauge(prometheus.GaugeOpts{Name: "outpost_executor_processes_running", Help: "Processes started and not yet exited."}),
+	}
+	reg.MustRegister(m.starts, m.exits, m.denials, m.running)
+	return m
+}
+
+func (m *Metrics) started() {
+	if m != nil {
+		m.starts.Inc()
+		m.running.Inc()
+	}
+}
+
+// exited records a closed process.
+func (m *Metrics) exited(ev Snapshot) {
+	if m == nil {
+		return
+	}
+	m.running.Dec()
+	class := "ok"
+	switch {
+	case ev.SandboxDenied:
+		class = "sandbox_denied"
+		m.denials.Inc()
+	case ev.Signal != 0:
+		class = "signal"
+	case ev.ExitCode != 0:
+		class = "error"
+	}
+	m.exits.WithLabelValues(class).Inc()
+}
