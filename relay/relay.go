@@ -32,6 +32,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/coder/websocket"
@@ -79,6 +80,8 @@ type Server struct {
 	mu        sync.Mutex
 	executors map[string]*joined
 	failures  map[string]*failureCount // by source IP
+
+	failedHandshakes atomic.Uint64
 }
 
 type failureCount struct {
@@ -259,6 +262,7 @@ func (s *Server) serve(ctx context.Context, c net.Conn, hs chan struct{}) {
 	nc, err := transport.NoiseResponder(ctx, c, transport.NoiseConfig{Static: s.cfg.Key, Purpose: Purpose, AllowXX: true, HandshakeTimeout: s.cfg.HandshakeTimeout})
 	<-hs
 	if err != nil {
+		s.failedHandshakes.Add(1)
 		s.failed(ip)
 		s.log.Debug("relay handshake failed", zap.Stringer("remote", c.RemoteAddr()), zap.Error(err))
 		return
@@ -441,6 +445,30 @@ func splice(a, b net.Conn) {
 	go cp(b, a)
 	<-done
 	<-done
+}
+
+// Stats is the relay's state at one instant, for metrics.
+type Stats struct {
+	Executors        int    // joined now
+	SplicedStreams   int    // client streams spliced to executors now
+	BlockedAddresses int    // source addresses over the failed-handshake limit
+	FailedHandshakes uint64 // since start
+}
+
+// Stats returns the relay's current state.
+func (s *Server) Stats() Stats {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := Stats{Executors: len(s.executors), FailedHandshakes: s.failedHandshakes.Load()}
+	for _, j := range s.executors {
+		st.SplicedStreams += j.streams
+	}
+	for _, f := range s.failures {
+		if f.n >= s.cfg.MaxFailedHandshakes && time.Since(f.since) <= s.cfg.FailureWindow {
+			st.BlockedAddresses++
+		}
+	}
+	return st
 }
 
 // Executors returns the ids of the joined executors.

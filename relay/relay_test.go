@@ -158,6 +158,9 @@ func TestClientRunsCommandsThroughTheRelay(t *testing.T) {
 	if got := r.srv.Executors(); len(got) != 1 || got[0] != "build-1" {
 		t.Fatalf("executors %v", got)
 	}
+	if st := r.srv.Stats(); st.Executors != 1 || st.FailedHandshakes != 0 || st.BlockedAddresses != 0 {
+		t.Fatalf("stats %+v", st)
+	}
 }
 
 func TestRelayNeverSeesPlaintext(t *testing.T) {
@@ -331,6 +334,9 @@ func TestAddressWithTooManyFailedHandshakesIsRefused(t *testing.T) {
 	}
 	if !srv.blocked("127.0.0.1") {
 		t.Fatal("the address was not blocked after 3 failures")
+	}
+	if st := srv.Stats(); st.FailedHandshakes != 3 || st.BlockedAddresses != 1 {
+		t.Fatalf("stats %+v, want 3 failed handshakes and 1 blocked address", st)
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 
 	"github.com/outpost-exec/outpost/executor"
 	"github.com/outpost-exec/outpost/internal/admin"
+	"github.com/outpost-exec/outpost/relay"
 )
 
 // startExecutorAdmin serves the executor's metrics on addr (off when addr
@@ -19,6 +20,30 @@ func startExecutorAdmin(addr string, cfg *executor.Config, stderr io.Writer) (st
 	}
 	reg := prometheus.NewRegistry()
 	cfg.Metrics = executor.NewMetrics(reg)
+	s, err := admin.Listen(addr, reg)
+	if err != nil {
+		return nil, fmt.Errorf("--admin-listen: %w", err)
+	}
+	fmt.Fprintf(stderr, "admin: http://%s/metrics\n", s.Addr())
+	return func() { s.Stopping(); s.Close() }, nil
+}
+
+// startRelayAdmin serves the relay's metrics on addr (off when empty).
+func startRelayAdmin(addr string, srv *relay.Server, stderr io.Writer) (stop func(), err error) {
+	if addr == "" {
+		return func() {}, nil
+	}
+	reg := prometheus.NewRegistry()
+	gauge := func(name, help string, f func(relay.Stats) float64) prometheus.Collector {
+		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, func() float64 { return f(srv.Stats()) })
+	}
+	reg.MustRegister(
+		gauge("outpost_relay_executors", "Executors joined now.", func(s relay.Stats) float64 { return float64(s.Executors) }),
+		gauge("outpost_relay_spliced_streams", "Client streams spliced to executors now.", func(s relay.Stats) float64 { return float64(s.SplicedStreams) }),
+		gauge("outpost_relay_blocked_addresses", "Source addresses refused for failing too many handshakes.", func(s relay.Stats) float64 { return float64(s.BlockedAddresses) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "outpost_relay_failed_handshakes_total", Help: "Noise handshakes that failed (wrong key, junk, timeout)."},
+			func() float64 { return float64(srv.Stats().FailedHandshakes) }),
+	)
 	s, err := admin.Listen(addr, reg)
 	if err != nil {
 		return nil, fmt.Errorf("--admin-listen: %w", err)

@@ -44,6 +44,7 @@ func cmdRelayServe(args []string, stdout, stderr io.Writer) int {
 	listen := fs.String("listen", "tcp://0.0.0.0:7443", "listen URL tcp://HOST:PORT")
 	wsListen := fs.String("ws-listen", "", "also serve the relay over WebSocket: ws://HOST:PORT (for networks that pass only HTTP)")
 	stateDir := fs.String("state-dir", identity.DefaultStateDir(), "directory for the relay's key and token database")
+	adminListen := fs.String("admin-listen", "", "serve /metrics, /livez and /readyz on HOST:PORT (off when empty)")
 	var lf logFlags
 	lf.register(fs)
 	if err := fs.Parse(args); err != nil {
@@ -74,6 +75,12 @@ func cmdRelayServe(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "outpost:", err)
 		return 1
 	}
+	stopAdmin, err := startRelayAdmin(*adminListen, srv, stderr)
+	if err != nil {
+		fmt.Fprintln(stderr, "outpost:", err)
+		return 1
+	}
+	defer stopAdmin()
 	ln, err := srv.Listen(addr)
 	if err != nil {
 		fmt.Fprintln(stderr, "outpost: listen:", err)
