@@ -82,6 +82,9 @@ type Server struct {
 	failures  map[string]*failureCount // by source IP
 
 	failedHandshakes atomic.Uint64
+	splicedBytes     atomic.Uint64
+	redeemedTokens   atomic.Uint64
+	refusedTokens    atomic.Uint64
 }
 
 type failureCount struct {
@@ -350,7 +353,7 @@ func (s *Server) authorizeJoin(p protocol.RelayJoinParams, peer [32]byte) error 
 	if p.Token == "" {
 		return errors.New("a join token is needed the first time an executor joins")
 	}
-	if _, err := s.cfg.Tokens.Redeem(TokenJoin, p.Token); err != nil {
+	if _, err := s.redeem(TokenJoin, p.Token); err != nil {
 		return err
 	}
 	return s.cfg.Tokens.BindExecutor(p.ExecutorID, peer)
@@ -371,7 +374,7 @@ func (s *Server) connect(ctx context.Context, ctl net.Conn, mc *transport.Msgpac
 		mc.WriteError(ctx, m.ID, protocol.Errorf(protocol.CodeInvalidParams, "relay/connect: executorId is required"))
 		return
 	}
-	tok, err := s.cfg.Tokens.Redeem(TokenClient, p.Token)
+	tok, err := s.redeem(TokenClient, p.Token)
 	if err != nil {
 		mc.WriteError(ctx, m.ID, protocol.Errorf(protocol.CodeInvalidRequest, "relay/connect: %v", err))
 		return
@@ -409,13 +412,13 @@ func (s *Server) connect(ctx context.Context, ctl net.Conn, mc *transport.Msgpac
 	if err := mc.WriteResult(ctx, m.ID, protocol.RelayConnectResult{ExecutorKey: fingerprint(j.key)}); err != nil {
 		return
 	}
-	splice(ctl, up)
+	s.splicedBytes.Add(splice(ctl, up))
 }
 
 func (s *Server) list(ctx context.Context, mc *transport.MsgpackConn, m *transport.Message) {
 	var p protocol.RelayExecutorsParams
 	m.Params.Decode(&p)
-	tok, err := s.cfg.Tokens.Redeem(TokenClient, p.Token)
+	tok, err := s.redeem(TokenClient, p.Token)
 	if err != nil {
 		mc.WriteError(ctx, m.ID, protocol.Errorf(protocol.CodeInvalidRequest, "relay/executors: %v", err))
 		return
@@ -432,19 +435,30 @@ func (s *Server) list(ctx context.Context, mc *transport.MsgpackConn, m *transpo
 	mc.WriteResult(ctx, m.ID, res)
 }
 
-// splice copies both ways until either side ends, then closes both.
-func splice(a, b net.Conn) {
-	done := make(chan struct{}, 2)
+// splice copies both ways until either side ends, then closes both. It
+// returns the bytes copied in both directions.
+func splice(a, b net.Conn) uint64 {
+	done := make(chan int64, 2)
 	cp := func(dst, src net.Conn) {
-		io.Copy(dst, src)
+		n, _ := io.Copy(dst, src)
 		dst.Close()
 		src.Close()
-		done <- struct{}{}
+		done <- n
 	}
 	go cp(a, b)
 	go cp(b, a)
-	<-done
-	<-done
+	return uint64(<-done + <-done)
+}
+
+// redeem redeems a token, counting the outcome.
+func (s *Server) redeem(kind TokenKind, token string) (Token, error) {
+	tok, err := s.cfg.Tokens.Redeem(kind, token)
+	if err != nil {
+		s.refusedTokens.Add(1)
+	} else {
+		s.redeemedTokens.Add(1)
+	}
+	return tok, err
 }
 
 // Stats is the relay's state at one instant, for metrics.
@@ -453,13 +467,22 @@ type Stats struct {
 	SplicedStreams   int    // client streams spliced to executors now
 	BlockedAddresses int    // source addresses over the failed-handshake limit
 	FailedHandshakes uint64 // since start
+	SplicedBytes     uint64 // since start, both directions, counted when a stream ends
+	RedeemedTokens   uint64 // join and client tokens accepted, since start
+	RefusedTokens    uint64 // unknown, expired, used-up or wrong-kind tokens, since start
 }
 
 // Stats returns the relay's current state.
 func (s *Server) Stats() Stats {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	st := Stats{Executors: len(s.executors), FailedHandshakes: s.failedHandshakes.Load()}
+	st := Stats{
+		Executors:        len(s.executors),
+		FailedHandshakes: s.failedHandshakes.Load(),
+		SplicedBytes:     s.splicedBytes.Load(),
+		RedeemedTokens:   s.redeemedTokens.Load(),
+		RefusedTokens:    s.refusedTokens.Load(),
+	}
 	for _, j := range s.executors {
 		st.SplicedStreams += j.streams
 	}

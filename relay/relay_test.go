@@ -158,8 +158,17 @@ func TestClientRunsCommandsThroughTheRelay(t *testing.T) {
 	if got := r.srv.Executors(); len(got) != 1 || got[0] != "build-1" {
 		t.Fatalf("executors %v", got)
 	}
-	if st := r.srv.Stats(); st.Executors != 1 || st.FailedHandshakes != 0 || st.BlockedAddresses != 0 {
+	if st := r.srv.Stats(); st.Executors != 1 || st.FailedHandshakes != 0 || st.BlockedAddresses != 0 || st.RedeemedTokens < 2 || st.RefusedTokens != 0 {
 		t.Fatalf("stats %+v", st)
+	}
+	// The spliced stream's bytes are counted once it ends.
+	env.Close()
+	deadline := time.Now().Add(5 * time.Second)
+	for r.srv.Stats().SplicedBytes < uint64(len(out)) {
+		if time.Now().After(deadline) {
+			t.Fatalf("spliced bytes %d after the stream ended, want ≥ %d", r.srv.Stats().SplicedBytes, len(out))
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
 
@@ -239,6 +248,10 @@ func TestOfflineUnknownAndUnauthorisedTargetsGetClearErrors(t *testing.T) {
 	joinTok := r.token(t, TokenJoin, CreateOptions{})
 	if _, err := dialVia(t, r, "web-1", joinTok, client.Options{}); err == nil {
 		t.Fatal("a join token was accepted as a client token")
+	}
+	// The bogus and the wrong-kind token; a client may retry, so at least.
+	if st := r.srv.Stats(); st.RefusedTokens < 2 {
+		t.Fatalf("refused tokens %d, want ≥ 2", st.RefusedTokens)
 	}
 	wrong := &testRelay{key: key(t), addr: r.addr}
 	if _, err := dialVia(t, wrong, "web-1", r.token(t, TokenClient, CreateOptions{Executors: "*"}), client.Options{}); err == nil {

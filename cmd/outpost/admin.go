@@ -43,6 +43,12 @@ func startRelayAdmin(addr string, srv *relay.Server, stderr io.Writer) (stop fun
 		gauge("outpost_relay_blocked_addresses", "Source addresses refused for failing too many handshakes.", func(s relay.Stats) float64 { return float64(s.BlockedAddresses) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "outpost_relay_failed_handshakes_total", Help: "Noise handshakes that failed (wrong key, junk, timeout)."},
 			func() float64 { return float64(srv.Stats().FailedHandshakes) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "outpost_relay_spliced_bytes_total", Help: "Bytes spliced between clients and executors, both directions, counted when a stream ends."},
+			func() float64 { return float64(srv.Stats().SplicedBytes) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "outpost_relay_token_redemptions_total", Help: "Join and client tokens accepted."},
+			func() float64 { return float64(srv.Stats().RedeemedTokens) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "outpost_relay_token_refusals_total", Help: "Tokens refused (unknown, expired, used up, wrong kind)."},
+			func() float64 { return float64(srv.Stats().RefusedTokens) }),
 	)
 	s, err := admin.Listen(addr, reg)
 	if err != nil {
