@@ -14,6 +14,8 @@ require (
 
 require go.etcd.io/bbolt v1.5.0
 
+require github.com/kylelemons/godebug v1.1.0 // indirect
+
 require (
 	github.com/beorn7/perks v1.0.1 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect

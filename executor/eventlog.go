@@ -95,6 +95,7 @@ type EventLog struct {
 	bytes  int64
 
 	evictedThrough uint64 // highest evicted seq, 0 if none
+	evictedChunks  uint64
 	evictedBytes   uint64
 
 	exit   *Event
@@ -181,6 +182,7 @@ func (l *EventLog) evictOldestLocked() {
 	l.head++
 	l.bytes -= int64(len(ev.Data))
 	l.evictedThrough = ev.Seq
+	l.evictedChunks++
 	l.evictedBytes += uint64(len(ev.Data))
 	if l.head > 1024 && l.head > len(l.chunks)/2 {
 		n := copy(l.chunks, l.chunks[l.head:])
@@ -293,6 +295,10 @@ type Snapshot struct {
 	Signal        int32
 	SandboxDenied bool
 	Closed        bool
+	// EvictedChunks and EvictedBytes count output dropped from retention
+	// before any reader took it.
+	EvictedChunks uint64
+	EvictedBytes  uint64
 }
 
 // Snapshot returns the current state.
@@ -303,7 +309,7 @@ func (l *EventLog) Snapshot() Snapshot {
 }
 
 func (l *EventLog) snapshotLocked() Snapshot {
-	s := Snapshot{NextSeq: l.nextSeq, Closed: l.closed != nil}
+	s := Snapshot{NextSeq: l.nextSeq, Closed: l.closed != nil, EvictedChunks: l.evictedChunks, EvictedBytes: l.evictedBytes}
 	if l.exit != nil {
 		s.Exited, s.ExitCode, s.Signal, s.SandboxDenied = true, l.exit.ExitCode, l.exit.Signal, l.exit.SandboxDenied
 	}

@@ -11,17 +11,23 @@ type Metrics struct {
 	exits   *prometheus.CounterVec
 	denials prometheus.Counter
 	running prometheus.Gauge
+	// Retention evictions are counted when the process closes, from its
+	// log's totals, so the hot output path stays free of metric calls.
+	evictedChunks prometheus.Counter
+	evictedBytes  prometheus.Counter
 }
 
 // NewMetrics registers the executor's metrics on reg.
 func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
-		starts:  prometheus.NewCounter(prometheus.CounterOpts{Name: "outpost_executor_process_starts_total", Help: "Processes started."}),
-		exits:   prometheus.NewCounterVec(prometheus.CounterOpts{Name: "outpost_executor_process_exits_total", Help: "Processes exited, by class (ok, error, signal, sandbox_denied)."}, []string{"class"}),
-		denials: prometheus.NewCounter(prometheus.CounterOpts{Name: "outpost_executor_sandbox_denials_total", Help: "Sandboxed processes whose failure was classified as a sandbox denial."}),
-		running: prometheus.NewGauge(prometheus.GaugeOpts{Name: "outpost_executor_processes_running", Help: "Processes started and not yet exited."}),
+		starts:        prometheus.NewCounter(prometheus.CounterOpts{Name: "outpost_executor_process_starts_total", Help: "Processes started."}),
+		exits:         prometheus.NewCounterVec(prometheus.CounterOpts{Name: "outpost_executor_process_exits_total", Help: "Processes exited, by class (ok, error, signal, sandbox_denied)."}, []string{"class"}),
+		denials:       prometheus.NewCounter(prometheus.CounterOpts{Name: "outpost_executor_sandbox_denials_total", Help: "Sandboxed processes whose failure was classified as a sandbox denial."}),
+		running:       prometheus.NewGauge(prometheus.GaugeOpts{Name: "outpost_executor_processes_running", Help: "Processes started and not yet exited."}),
+		evictedChunks: prometheus.NewCounter(prometheus.CounterOpts{Name: "outpost_executor_retention_evicted_chunks_total", Help: "Output chunks dropped from a process's retention buffer before any reader took them (counted when the process closes)."}),
+		evictedBytes:  prometheus.NewCounter(prometheus.CounterOpts{Name: "outpost_executor_retention_evicted_bytes_total", Help: "Output bytes dropped from retention before any reader took them (counted when the process closes)."}),
 	}
-	reg.MustRegister(m.starts, m.exits, m.denials, m.running)
+	reg.MustRegister(m.starts, m.exits, m.denials, m.running, m.evictedChunks, m.evictedBytes)
 	return m
 }
 
@@ -49,4 +55,6 @@ func (m *Metrics) exited(ev Snapshot) {
 		class = "error"
 	}
 	m.exits.WithLabelValues(class).Inc()
+	m.evictedChunks.Add(float64(ev.EvictedChunks))
+	m.evictedBytes.Add(float64(ev.EvictedBytes))
 }
