@@ -30,7 +30,8 @@ import (
 	"net"
 	"net/http"
 	"sort"
-	"strings"
+	"unicode"
+	"unicode/utf8"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -307,9 +308,9 @@ func (s *Server) serve(ctx context.Context, c net.Conn, hs chan struct{}) {
 }
 
 func (s *Server) join(ctx context.Context, sess *yamux.Session, mc *transport.MsgpackConn, m *transport.Message, peer [32]byte) {
-	var p protocol.RelayJoinParams
-	if err := m.Params.Decode(&p); err != nil || p.ExecutorID == "" || len(p.ExecutorID) > 128 || strings.ContainsAny(p.ExecutorID, " \t\n/") {
-		mc.WriteError(ctx, m.ID, protocol.Errorf(protocol.CodeInvalidParams, "relay/join: a valid executorId is required"))
+	p, perr := parseJoin(m)
+	if perr != nil {
+		mc.WriteError(ctx, m.ID, perr)
 		return
 	}
 	if err := s.authorizeJoin(p, peer); err != nil {
@@ -369,9 +370,9 @@ func (s *Server) leave(j *joined) {
 }
 
 func (s *Server) connect(ctx context.Context, ctl net.Conn, mc *transport.MsgpackConn, m *transport.Message) {
-	var p protocol.RelayConnectParams
-	if err := m.Params.Decode(&p); err != nil || p.ExecutorID == "" {
-		mc.WriteError(ctx, m.ID, protocol.Errorf(protocol.CodeInvalidParams, "relay/connect: executorId is required"))
+	p, perr := parseConnect(m)
+	if perr != nil {
+		mc.WriteError(ctx, m.ID, perr)
 		return
 	}
 	tok, err := s.redeem(TokenClient, p.Token)
@@ -416,8 +417,11 @@ func (s *Server) connect(ctx context.Context, ctl net.Conn, mc *transport.Msgpac
 }
 
 func (s *Server) list(ctx context.Context, mc *transport.MsgpackConn, m *transport.Message) {
-	var p protocol.RelayExecutorsParams
-	m.Params.Decode(&p)
+	p, perr := parseList(m)
+	if perr != nil {
+		mc.WriteError(ctx, m.ID, perr)
+		return
+	}
 	tok, err := s.redeem(TokenClient, p.Token)
 	if err != nil {
 		mc.WriteError(ctx, m.ID, protocol.Errorf(protocol.CodeInvalidRequest, "relay/executors: %v", err))
@@ -434,6 +438,56 @@ func (s *Server) list(ctx context.Context, mc *transport.MsgpackConn, m *transpo
 	sort.Slice(res.Executors, func(a, b int) bool { return res.Executors[a].ID < res.Executors[b].ID })
 	mc.WriteResult(ctx, m.ID, res)
 }
+
+// Control requests are the only relay input decoded before a token is
+// checked; these parsers are the fuzzed boundary (FuzzControlRequest).
+
+// maxExecutorIDLen bounds executor ids: they are map keys and log fields.
+const maxExecutorIDLen = 128
+
+// validExecutorID: 1..128 bytes of valid UTF-8 without whitespace, '/' or
+// control characters (ids appear in URLs, logs and listings).
+func validExecutorID(id string) bool {
+	if id == "" || len(id) > maxExecutorIDLen || !utf8.ValidString(id) {
+		return false
+	}
+	for _, r := range id {
+		if r == '/' || unicode.IsSpace(r) || unicode.IsControl(r) {
+			return false
+		}
+	}
+	return true
+}
+
+func parseJoin(m *transport.Message) (protocol.RelayJoinParams, *protocol.Error) {
+	var p protocol.RelayJoinParams
+	if m.Params == nil || m.Params.Decode(&p) != nil || !validExecutorID(p.ExecutorID) {
+		return p, protocol.Errorf(protocol.CodeInvalidParams, "relay/join: a valid executorId is required (1-%d bytes, no spaces, '/' or control characters)", maxExecutorIDLen)
+	}
+	if len(p.Labels) > maxLabels {
+		return p, protocol.Errorf(protocol.CodeInvalidParams, "relay/join: at most %d labels", maxLabels)
+	}
+	return p, nil
+}
+
+func parseConnect(m *transport.Message) (protocol.RelayConnectParams, *protocol.Error) {
+	var p protocol.RelayConnectParams
+	if m.Params == nil || m.Params.Decode(&p) != nil || !validExecutorID(p.ExecutorID) {
+		return p, protocol.Errorf(protocol.CodeInvalidParams, "relay/connect: a valid executorId is required")
+	}
+	return p, nil
+}
+
+func parseList(m *transport.Message) (protocol.RelayExecutorsParams, *protocol.Error) {
+	var p protocol.RelayExecutorsParams
+	if m.Params == nil || m.Params.Decode(&p) != nil {
+		return p, protocol.Errorf(protocol.CodeInvalidParams, "relay/executors: params must be {token}")
+	}
+	return p, nil
+}
+
+// maxLabels bounds the labels an executor may register.
+const maxLabels = 32
 
 // splice copies both ways until either side ends, then closes both. It
 // returns the bytes copied in both directions.
