@@ -30,11 +30,11 @@ import (
 	"net"
 	"net/http"
 	"sort"
-	"unicode"
-	"unicode/utf8"
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/coder/websocket"
 	"github.com/flynn/noise"
