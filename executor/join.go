@@ -37,10 +37,19 @@ type JoinOptions struct {
 // id): retrying does not help.
 var ErrJoinRefused = errors.New("the relay refused this executor")
 
+// errRelayDraining: the relay sent relay/reconnect.
+var errRelayDraining = errors.New("the relay is draining")
+
 // Join keeps the executor joined to a relay until ctx ends: it dials out,
 // registers, serves every client the relay splices to it, and reconnects
 // with jittered exponential backoff (100 ms to 30 s) when the connection
 // drops. A refusal by the relay ends it with ErrJoinRefused.
+//
+// When a draining relay says relay/reconnect, Join dials a new session at
+// once (after up to 250 ms of jitter, so a relay's executors do not all
+// arrive in the same instant) and keeps serving the client streams already
+// open on the old one until the relay closes it. At most one such old
+// session is kept: a second notice closes the first.
 func (s *Server) Join(ctx context.Context, opts JoinOptions) error {
 	addr, fp, err := transport.ParseRelayURL(opts.RelayURL)
 	if err != nil {
@@ -54,13 +63,33 @@ func (s *Server) Join(ctx context.Context, opts JoinOptions) error {
 		opts.Mux = transport.DefaultMuxConfig()
 	}
 	backoff := 100 * time.Millisecond
+	var draining *yamux.Session // the old session of the last reconnect notice
+	defer func() {
+		if draining != nil {
+			draining.Close()
+		}
+	}()
 	for {
-		joinedAt, err := s.joinOnce(ctx, addr, relayKey, opts)
+		joinedAt, old, err := s.joinOnce(ctx, addr, relayKey, opts)
 		if errors.Is(err, ErrJoinRefused) {
 			return err
 		}
 		if ctx.Err() != nil {
 			return ctx.Err()
+		}
+		if old != nil {
+			if draining != nil {
+				draining.Close()
+			}
+			draining = old
+			backoff = 100 * time.Millisecond
+			s.log.Info("relay asked to reconnect; open client connections stay on the old session", zap.String("relay", addr))
+			select {
+			case <-time.After(time.Duration(rand.Int64N(int64(250 * time.Millisecond)))):
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+			continue
 		}
 		if !joinedAt.IsZero() && time.Since(joinedAt) > time.Minute {
 			backoff = 100 * time.Millisecond // it was a healthy connection
@@ -76,45 +105,87 @@ func (s *Server) Join(ctx context.Context, opts JoinOptions) error {
 	}
 }
 
-func (s *Server) joinOnce(ctx context.Context, addr string, relayKey identity.PublicKey, opts JoinOptions) (time.Time, error) {
+// joinOnce joins once and serves until the session ends. When the relay
+// asks for a reconnect it returns at once with the still-serving session
+// (old), whose clients keep running until the relay or the caller closes it.
+func (s *Server) joinOnce(ctx context.Context, addr string, relayKey identity.PublicKey, opts JoinOptions) (joinedAt time.Time, old *yamux.Session, err error) {
 	raw, err := transport.DialRelay(ctx, opts.RelayURL)
 	if err != nil {
-		return time.Time{}, err
+		return time.Time{}, nil, err
 	}
-	defer raw.Close()
 	nc, err := transport.NoiseInitiator(ctx, raw, transport.NoiseConfig{Static: opts.Key, Purpose: "relay", PeerStatic: relayKey[:]})
 	if err != nil {
-		return time.Time{}, fmt.Errorf("relay handshake: %w", err)
+		raw.Close()
+		return time.Time{}, nil, fmt.Errorf("relay handshake: %w", err)
 	}
 	sess, err := transport.MuxClient(nc, opts.Mux)
 	if err != nil {
-		return time.Time{}, err
+		raw.Close()
+		return time.Time{}, nil, err
 	}
-	defer sess.Close()
 	stop := context.AfterFunc(ctx, func() { sess.Close() })
-	defer stop()
+	handedOff := false
+	defer func() {
+		if !handedOff {
+			stop()
+			sess.Close()
+		}
+	}()
 	ctl, err := sess.OpenStream()
 	if err != nil {
-		return time.Time{}, err
+		return time.Time{}, nil, err
 	}
 	mc := transport.NewMsgpackConn(ctl, 64<<10)
 	if err := mc.WriteRequest(ctx, transport.IntID(1), protocol.MethodRelayJoin, protocol.RelayJoinParams{ExecutorID: opts.ID, Token: opts.Token, Labels: opts.Labels, Version: opts.Version}); err != nil {
-		return time.Time{}, err
+		return time.Time{}, nil, err
 	}
 	m, err := mc.ReadMessage(ctx)
 	if err != nil {
-		return time.Time{}, fmt.Errorf("relay/join: %w", err)
+		return time.Time{}, nil, fmt.Errorf("relay/join: %w", err)
 	}
 	if m.Error != nil {
-		return time.Time{}, fmt.Errorf("%w: %s", ErrJoinRefused, m.Error.Message)
+		return time.Time{}, nil, fmt.Errorf("%w: %s", ErrJoinRefused, m.Error.Message)
 	}
-	joinedAt := time.Now()
+	joinedAt = time.Now()
 	s.log.Info("joined the relay", zap.String("relay", addr), zap.String("executor", opts.ID))
 	if opts.Joined != nil {
 		opts.Joined()
 	}
-	s.serveRelayed(ctx, sess, opts)
-	return joinedAt, errors.New("relay session closed")
+	// The join stream stays open; the relay may say relay/reconnect on it.
+	reconnect := make(chan struct{})
+	go func() {
+		for {
+			m, err := mc.ReadMessage(ctx)
+			if err != nil {
+				var malformed *transport.MalformedError
+				if errors.As(err, &malformed) {
+					continue
+				}
+				return // the session ended
+			}
+			if m.Kind == transport.KindNotification && m.Method == protocol.MethodRelayReconnect {
+				close(reconnect)
+				return
+			}
+		}
+	}()
+	served := make(chan struct{})
+	go func() {
+		defer close(served)
+		s.serveRelayed(ctx, sess, opts)
+	}()
+	select {
+	case <-served:
+		return joinedAt, nil, errors.New("relay session closed")
+	case <-reconnect:
+		handedOff = true
+		go func() {
+			<-served
+			stop()
+			sess.Close()
+		}()
+		return joinedAt, sess, errRelayDraining
+	}
 }
 
 // serveRelayed serves every client stream the relay opens: each is a

@@ -12,6 +12,10 @@ const (
 	MethodRelayConnect = "relay/connect"
 	// MethodRelayExecutors lists the joined executors.
 	MethodRelayExecutors = "relay/executors"
+	// MethodRelayReconnect (relay → executor, a notification on the join
+	// stream) says the relay is draining: join afresh now, and keep
+	// serving the open client streams on this session until it closes.
+	MethodRelayReconnect = "relay/reconnect"
 )
 
 // RelayJoinParams register an executor under ID. Token is needed only the

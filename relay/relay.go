@@ -26,6 +26,7 @@ package relay
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -81,6 +82,9 @@ type Server struct {
 	mu        sync.Mutex
 	executors map[string]*joined
 	failures  map[string]*failureCount // by source IP
+	spliced   int                      // client streams spliced now
+	draining  bool                     // Drain was called
+	drained   chan struct{}            // closed once draining and spliced == 0
 
 	failedHandshakes atomic.Uint64
 	splicedBytes     atomic.Uint64
@@ -100,6 +104,8 @@ type joined struct {
 	version string
 	since   time.Time
 	sess    *yamux.Session
+	ctl     net.Conn // the join stream, for the reconnect notice
+	mc      *transport.MsgpackConn
 	streams int // spliced client streams, under Server.mu
 }
 
@@ -107,6 +113,7 @@ type joined struct {
 var (
 	ErrExecutorOffline = errors.New("executor is offline")
 	ErrNotAllowed      = errors.New("this client token may not reach that executor")
+	ErrShuttingDown    = errors.New("the relay is shutting down")
 )
 
 // NewServer returns a relay.
@@ -138,7 +145,7 @@ func NewServer(cfg Config) (*Server, error) {
 	if cfg.FailureWindow <= 0 {
 		cfg.FailureWindow = time.Minute
 	}
-	return &Server{cfg: cfg, log: cfg.Logger, executors: map[string]*joined{}, failures: map[string]*failureCount{}}, nil
+	return &Server{cfg: cfg, log: cfg.Logger, executors: map[string]*joined{}, failures: map[string]*failureCount{}, drained: make(chan struct{})}, nil
 }
 
 // Listener serves the relay on a TCP port.
@@ -161,6 +168,10 @@ func (l *Listener) Addr() net.Addr { return l.acc.Addr() }
 
 // Close stops the relay and closes every connection.
 func (l *Listener) Close() error { return l.acc.Close() }
+
+// StopAccepting closes the port but leaves open connections running (for
+// Server.Drain); Close ends them.
+func (l *Listener) StopAccepting() error { return l.acc.StopAccepting() }
 
 // ListenWS serves the relay over WebSocket (binary messages at
 // transport.RelayWSPath) on addr, for networks that pass only HTTP; the
@@ -207,6 +218,9 @@ type WSListener struct {
 
 // Addr is the bound address.
 func (l *WSListener) Addr() net.Addr { return l.ln.Addr() }
+
+// StopAccepting closes the port but leaves open connections running.
+func (l *WSListener) StopAccepting() error { return l.ln.Close() }
 
 // Close stops the listener and ends its connections.
 func (l *WSListener) Close() error {
@@ -297,7 +311,7 @@ func (s *Server) serve(ctx context.Context, c net.Conn, hs chan struct{}) {
 	copy(peer[:], nc.PeerStatic())
 	switch m.Method {
 	case protocol.MethodRelayJoin:
-		s.join(ctx, sess, mc, m, peer)
+		s.join(ctx, sess, ctl, mc, m, peer)
 	case protocol.MethodRelayConnect:
 		s.connect(ctx, ctl, mc, m)
 	case protocol.MethodRelayExecutors:
@@ -307,7 +321,7 @@ func (s *Server) serve(ctx context.Context, c net.Conn, hs chan struct{}) {
 	}
 }
 
-func (s *Server) join(ctx context.Context, sess *yamux.Session, mc *transport.MsgpackConn, m *transport.Message, peer [32]byte) {
+func (s *Server) join(ctx context.Context, sess *yamux.Session, ctl net.Conn, mc *transport.MsgpackConn, m *transport.Message, peer [32]byte) {
 	p, perr := parseJoin(m)
 	if perr != nil {
 		mc.WriteError(ctx, m.ID, perr)
@@ -318,8 +332,14 @@ func (s *Server) join(ctx context.Context, sess *yamux.Session, mc *transport.Ms
 		mc.WriteError(ctx, m.ID, protocol.Errorf(protocol.CodeInvalidRequest, "relay/join: %v", err))
 		return
 	}
-	j := &joined{id: p.ExecutorID, key: peer, labels: p.Labels, version: p.Version, since: time.Now(), sess: sess}
+	j := &joined{id: p.ExecutorID, key: peer, labels: p.Labels, version: p.Version, since: time.Now(), sess: sess, ctl: ctl, mc: mc}
 	s.mu.Lock()
+	if s.draining {
+		// No reply: an error would read as a refusal, and the executor
+		// would give up instead of retrying against our successor.
+		s.mu.Unlock()
+		return
+	}
 	old := s.executors[j.id]
 	if old == nil && len(s.executors) >= s.cfg.MaxExecutors {
 		s.mu.Unlock()
@@ -387,10 +407,16 @@ func (s *Server) connect(ctx context.Context, ctl net.Conn, mc *transport.Msgpac
 	s.mu.Lock()
 	j := s.executors[p.ExecutorID]
 	full := j != nil && j.streams >= s.cfg.MaxStreamsPerExecutor
-	if j != nil && !full {
+	draining := s.draining
+	if j != nil && !full && !draining {
 		j.streams++
+		s.spliced++
 	}
 	s.mu.Unlock()
+	if draining {
+		mc.WriteError(ctx, m.ID, protocol.Errorf(protocol.CodeInvalidRequest, "relay/connect: %v; connect again", ErrShuttingDown))
+		return
+	}
 	if j == nil {
 		mc.WriteError(ctx, m.ID, protocol.Errorf(protocol.CodeNotFound, "relay/connect: executor %s is offline", p.ExecutorID))
 		return
@@ -402,6 +428,10 @@ func (s *Server) connect(ctx context.Context, ctl net.Conn, mc *transport.Msgpac
 	defer func() {
 		s.mu.Lock()
 		j.streams--
+		s.spliced--
+		if s.draining && s.spliced == 0 {
+			close(s.drained)
+		}
 		s.mu.Unlock()
 	}()
 	up, err := j.sess.OpenStream()
@@ -515,6 +545,57 @@ func (s *Server) redeem(kind TokenKind, token string) (Token, error) {
 	return tok, err
 }
 
+// reconnectNoticeTimeout bounds the write of one reconnect notice, so an
+// executor that stopped reading cannot stall a drain.
+const reconnectNoticeTimeout = 2 * time.Second
+
+// Drain prepares the relay to stop: it refuses new joins and connects,
+// tells every joined executor to reconnect (a relay/reconnect notification
+// on its join stream: the executor dials a fresh session, normally to
+// this relay's successor, and keeps serving its open client streams on
+// the old one), and waits until every spliced client stream has ended or
+// ctx is done. Clients cannot be told: their streams are end-to-end
+// encrypted and the relay cannot speak in them; they end when their work
+// does or when the listeners close after Drain, and the client's resume
+// takes them to the successor without losing output. Stop accepting first
+// (Listener.StopAccepting) so no new connection arrives meanwhile.
+func (s *Server) Drain(ctx context.Context) error {
+	s.mu.Lock()
+	if !s.draining {
+		s.draining = true
+		if s.spliced == 0 {
+			close(s.drained)
+		}
+	}
+	execs := make([]*joined, 0, len(s.executors))
+	for _, j := range s.executors {
+		execs = append(execs, j)
+	}
+	s.mu.Unlock()
+	s.log.Info("relay draining", zap.Int("executors", len(execs)))
+	var wg sync.WaitGroup
+	for _, j := range execs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			j.ctl.SetWriteDeadline(time.Now().Add(reconnectNoticeTimeout))
+			if err := j.mc.WriteNotification(ctx, protocol.MethodRelayReconnect, protocol.Empty{}); err != nil {
+				s.log.Debug("reconnect notice not sent", zap.String("executor", j.id), zap.Error(err))
+			}
+		}()
+	}
+	wg.Wait()
+	select {
+	case <-s.drained:
+		return nil
+	case <-ctx.Done():
+		s.mu.Lock()
+		n := s.spliced
+		s.mu.Unlock()
+		return fmt.Errorf("relay drain: %d client streams still open: %w", n, ctx.Err())
+	}
+}
+
 // Stats is the relay's state at one instant, for metrics.
 type Stats struct {
 	Executors        int    // joined now
@@ -537,9 +618,7 @@ func (s *Server) Stats() Stats {
 		RedeemedTokens:   s.redeemedTokens.Load(),
 		RefusedTokens:    s.refusedTokens.Load(),
 	}
-	for _, j := range s.executors {
-		st.SplicedStreams += j.streams
-	}
+	st.SplicedStreams = s.spliced
 	for _, f := range s.failures {
 		if f.n >= s.cfg.MaxFailedHandshakes && time.Since(f.since) <= s.cfg.FailureWindow {
 			st.BlockedAddresses++

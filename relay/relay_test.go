@@ -20,6 +20,7 @@ import (
 	"github.com/outpost-exec/outpost/executor"
 	"github.com/outpost-exec/outpost/identity"
 	"github.com/outpost-exec/outpost/protocol"
+	"github.com/outpost-exec/outpost/transport"
 )
 
 const testTimeout = 30 * time.Second
@@ -424,5 +425,119 @@ func TestExecutorGoingAwayFailsClientsPromptlyAsOffline(t *testing.T) {
 	}
 	if d := time.Since(start); d > 10*time.Second {
 		t.Fatalf("offline reported after %v", d)
+	}
+}
+
+// rawControl opens a relay session by hand and returns its control stream,
+// for requests the client package would never send.
+func rawControl(t *testing.T, r *testRelay) *transport.MsgpackConn {
+	t.Helper()
+	raw, err := transport.DialRelay(ctxT(t), r.url())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { raw.Close() })
+	pub := r.key.PublicKey()
+	nc, err := transport.NoiseInitiator(ctxT(t), raw, transport.NoiseConfig{Static: key(t).Keypair(), Purpose: Purpose, PeerStatic: pub[:]})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sess, err := transport.MuxClient(nc, transport.DefaultMuxConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sess.Close() })
+	st, err := sess.OpenStream()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return transport.NewMsgpackConn(st, 64<<10)
+}
+
+func TestDrainHandsExecutorsToTheSuccessorWithoutCuttingOpenStreams(t *testing.T) {
+	dir := t.TempDir()
+	tokens, err := OpenStore(filepath.Join(dir, "relay.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rk := key(t)
+	a := startRelay(t, rk, tokens, "127.0.0.1:0")
+	e := join(t, a, "w", a.token(t, TokenJoin, CreateOptions{}), key(t), nil)
+	e.waitJoined(t)
+	clientToken := a.token(t, TokenClient, CreateOptions{Executors: "*"})
+	env, err := dialVia(t, a, "w", clientToken, client.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := env.Start(ctxT(t), protocol.ExecParams{Argv: []string{"/bin/sh", "-c", "echo before; read x; echo after $x"}, Env: env0, PipeStdin: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	late := rawControl(t, a) // connected before the drain, asks after it
+
+	a.ln.StopAccepting()
+	drained := make(chan error, 1)
+	go func() { drained <- a.srv.Drain(ctxT(t)) }()
+
+	// The executor is told at once and joins the successor on the same
+	// address while its open stream stays on the old relay.
+	b := startRelay(t, rk, tokens, a.addr)
+	e.waitJoined(t)
+	if got := b.srv.Executors(); len(got) != 1 {
+		t.Fatalf("successor executors %v", got)
+	}
+	if err := late.WriteRequest(ctxT(t), transport.IntID(1), protocol.MethodRelayConnect, protocol.RelayConnectParams{ExecutorID: "w", Token: clientToken}); err != nil {
+		t.Fatal(err)
+	}
+	m, err := late.ReadMessage(ctxT(t))
+	if err != nil || m.Error == nil || !strings.Contains(m.Error.Message, ErrShuttingDown.Error()) {
+		t.Fatalf("connect while draining: %+v %v", m, err)
+	}
+	select {
+	case err := <-drained:
+		t.Fatalf("drain ended with a client stream open: %v", err)
+	default:
+	}
+
+	if _, err := p.Write(ctxT(t), []byte("x\n")); err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	for ev := range p.Events() {
+		out.Write(ev.Data)
+	}
+	if res, err := p.Wait(ctxT(t)); err != nil || res.ExitCode != 0 || out.String() != "before\nafter x\n" {
+		t.Fatalf("%q %+v %v", out.String(), res, err)
+	}
+	env.Close()
+	if err := <-drained; err != nil {
+		t.Fatalf("drain: %v", err)
+	}
+
+	env2, err := dialVia(t, b, "w", clientToken, client.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, err := client.Command(env2, "/bin/echo", "on the successor").Output(); err != nil || string(out) != "on the successor\n" {
+		t.Fatalf("%q %v", out, err)
+	}
+}
+
+func TestDrainGivesUpAtItsDeadlineNamingOpenStreams(t *testing.T) {
+	r := newRelay(t)
+	e := join(t, r, "w", r.token(t, TokenJoin, CreateOptions{}), key(t), nil)
+	e.waitJoined(t)
+	env, err := dialVia(t, r, "w", r.token(t, TokenClient, CreateOptions{Executors: "*"}), client.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := client.Command(env, "/bin/true").Output(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	err = r.srv.Drain(ctx)
+	if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "1 client streams still open") {
+		t.Fatalf("drain: %v", err)
 	}
 }

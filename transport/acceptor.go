@@ -77,6 +77,16 @@ func (a *Acceptor) loop(handle func(ctx context.Context, c net.Conn)) {
 // Addr is the listener's address.
 func (a *Acceptor) Addr() net.Addr { return a.ln.Addr() }
 
+// StopAccepting closes the listener; open connections keep running until
+// Close.
+func (a *Acceptor) StopAccepting() error {
+	err := a.ln.Close()
+	if errors.Is(err, net.ErrClosed) {
+		return nil
+	}
+	return err
+}
+
 // Close stops accepting, closes every open connection and waits for the
 // handlers to return.
 func (a *Acceptor) Close() error {

@@ -29,9 +29,10 @@ func startExecutorAdmin(addr string, cfg *executor.Config, stderr io.Writer) (st
 }
 
 // startRelayAdmin serves the relay's metrics on addr (off when empty).
-func startRelayAdmin(addr string, srv *relay.Server, stderr io.Writer) (stop func(), err error) {
+// stopping marks it not ready (the relay is draining); stop closes it.
+func startRelayAdmin(addr string, srv *relay.Server, stderr io.Writer) (stopping, stop func(), err error) {
 	if addr == "" {
-		return func() {}, nil
+		return func() {}, func() {}, nil
 	}
 	reg := prometheus.NewRegistry()
 	gauge := func(name, help string, f func(relay.Stats) float64) prometheus.Collector {
@@ -52,8 +53,8 @@ func startRelayAdmin(addr string, srv *relay.Server, stderr io.Writer) (stop fun
 	)
 	s, err := admin.Listen(addr, reg)
 	if err != nil {
-		return nil, fmt.Errorf("--admin-listen: %w", err)
+		return nil, nil, fmt.Errorf("--admin-listen: %w", err)
 	}
 	fmt.Fprintf(stderr, "admin: http://%s/metrics\n", s.Addr())
-	return func() { s.Stopping(); s.Close() }, nil
+	return s.Stopping, func() { s.Stopping(); s.Close() }, nil
 }

@@ -5,10 +5,12 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -391,4 +393,103 @@ func TestRelayJoinTokenAndExecAsSeparateProcesses(t *testing.T) {
 	if out, err := cmd.Output(); err != nil || !strings.Contains(string(out), "e-1") {
 		t.Fatalf("executors ls: %q %v", out, err)
 	}
+}
+
+func TestRelaySIGTERMLetsOpenCommandsFinishThenExits(t *testing.T) {
+	dir := t.TempDir()
+	relayCmd := exec.Command(outpostBin, "relay", "serve", "--listen", "tcp://127.0.0.1:0", "--state-dir", filepath.Join(dir, "relay"), "--drain-timeout", "20s")
+	stdout, _ := relayCmd.StdoutPipe()
+	var relayLog bytes.Buffer
+	relayCmd.Stderr = &relayLog
+	if err := relayCmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	relayDone := make(chan error, 1)
+	go func() { relayDone <- relayCmd.Wait() }()
+	defer relayCmd.Process.Kill()
+	line, err := bufio.NewReader(stdout).ReadString('\n')
+	if err != nil {
+		t.Fatalf("relay printed %q (%v)", line, err)
+	}
+	relayURL := strings.TrimSpace(line)
+	token := func(args ...string) string {
+		out, err := exec.Command(outpostBin, append([]string{"token", "create", "--state-dir", filepath.Join(dir, "relay")}, args...)...).Output()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return strings.TrimSpace(string(out))
+	}
+	joinTok, clientTok := token("--join"), token("--client")
+	join := exec.Command(outpostBin, "executor", "join", "--relay", relayURL, "--token", joinTok, "--id", "e-1", "--state-dir", filepath.Join(dir, "exec"))
+	var joinLog syncBuffer
+	join.Stderr = &joinLog
+	if err := join.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { join.Process.Signal(syscall.SIGTERM); join.Wait() }()
+	// A command that is running when the relay is told to stop.
+	cmd := exec.Command(outpostBin, "exec", "--relay", relayURL, "--executor", "e-1", "--token", clientTok, "--", "sh", "-c", "echo started; read x; echo finished")
+	cmd.Env = append(os.Environ(), "XDG_CONFIG_HOME="+filepath.Join(dir, "cfg"))
+	stdin, _ := cmd.StdinPipe()
+	out, _ := cmd.StdoutPipe()
+	deadline := time.Now().Add(20 * time.Second)
+	for !strings.Contains(joinLog.String(), "joined the relay") {
+		if time.Now().After(deadline) {
+			t.Fatalf("executor did not join: %s", joinLog.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	r := bufio.NewReader(out)
+	if l, err := r.ReadString('\n'); l != "started\n" {
+		t.Fatalf("%q %v", l, err)
+	}
+	relayCmd.Process.Signal(syscall.SIGTERM)
+	for !strings.Contains(joinLog.String(), "relay asked to reconnect") {
+		if time.Now().After(deadline) {
+			t.Fatalf("the executor was not told to reconnect: %s", joinLog.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	select {
+	case err := <-relayDone:
+		t.Fatalf("the relay exited with a command open: %v\n%s", err, relayLog.String())
+	default:
+	}
+	io.WriteString(stdin, "go\n")
+	stdin.Close()
+	if l, err := r.ReadString('\n'); l != "finished\n" {
+		t.Fatalf("after SIGTERM: %q %v", l, err)
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("exec: %v", err)
+	}
+	select {
+	case err := <-relayDone:
+		if err != nil || !strings.Contains(relayLog.String(), "relay drained") {
+			t.Fatalf("relay exit %v\n%s", err, relayLog.String())
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatalf("the relay did not exit after its last stream ended\n%s", relayLog.String())
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for a writer goroutine and a reader.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

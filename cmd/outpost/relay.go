@@ -45,6 +45,7 @@ func cmdRelayServe(args []string, stdout, stderr io.Writer) int {
 	wsListen := fs.String("ws-listen", "", "also serve the relay over WebSocket: ws://HOST:PORT (for networks that pass only HTTP)")
 	stateDir := fs.String("state-dir", identity.DefaultStateDir(), "directory for the relay's key and token database")
 	adminListen := fs.String("admin-listen", "", "serve /metrics, /livez and /readyz on HOST:PORT (off when empty)")
+	drainTimeout := fs.Duration("drain-timeout", 30*time.Second, "on SIGTERM, how long open client streams may run on before they are cut (executors are told to reconnect at once)")
 	var lf logFlags
 	lf.register(fs)
 	if err := fs.Parse(args); err != nil {
@@ -75,7 +76,7 @@ func cmdRelayServe(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "outpost:", err)
 		return 1
 	}
-	stopAdmin, err := startRelayAdmin(*adminListen, srv, stderr)
+	adminStopping, stopAdmin, err := startRelayAdmin(*adminListen, srv, stderr)
 	if err != nil {
 		fmt.Fprintln(stderr, "outpost:", err)
 		return 1
@@ -88,6 +89,7 @@ func cmdRelayServe(args []string, stdout, stderr io.Writer) int {
 	}
 	url := "outpost://" + ln.Addr().String() + "#" + key.PublicKey().Fingerprint()
 	fmt.Fprintln(stdout, url)
+	var wsl *relay.WSListener
 	if *wsListen != "" {
 		wsAddr, ok := strings.CutPrefix(*wsListen, "ws://")
 		if !ok {
@@ -100,15 +102,38 @@ func cmdRelayServe(args []string, stdout, stderr io.Writer) int {
 			return 1
 		}
 		defer wl.Close()
+		wsl = wl
 		fmt.Fprintln(stdout, "outpost+ws://"+wl.Addr().String()+"#"+key.PublicKey().Fingerprint())
 	}
 	if f, ok := stdout.(*os.File); ok {
 		f.Sync()
 	}
 	log.Info("relay listening", zap.String("url", url))
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
-	defer stop()
-	<-ctx.Done()
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
+	defer signal.Stop(sigs)
+	<-sigs
+	// Drain: no new connections, executors told to reconnect, open client
+	// streams given --drain-timeout (a second signal cuts it short).
+	adminStopping()
+	ln.StopAccepting()
+	if wsl != nil {
+		wsl.StopAccepting()
+	}
+	dctx, cancel := context.WithTimeout(context.Background(), *drainTimeout)
+	defer cancel()
+	go func() {
+		select {
+		case <-sigs:
+			cancel()
+		case <-dctx.Done():
+		}
+	}()
+	if err := srv.Drain(dctx); err != nil {
+		log.Warn("relay drain cut short", zap.Error(err))
+	} else {
+		log.Info("relay drained")
+	}
 	ln.Close()
 	return 0
 }
