@@ -74,6 +74,13 @@ type Config struct {
 	FailureWindow       time.Duration
 }
 
+func (c Config) handshakeTimeout() time.Duration {
+	if c.HandshakeTimeout > 0 {
+		return c.HandshakeTimeout
+	}
+	return transport.DefaultHandshakeTimeout
+}
+
 // Server is a relay.
 type Server struct {
 	cfg Config
@@ -297,14 +304,27 @@ func (s *Server) serve(ctx context.Context, c net.Conn, hs chan struct{}) {
 		case <-sess.CloseChan():
 		}
 	}()
+	// The first request must arrive within the handshake timeout too: an
+	// authenticated peer that says nothing must not keep a slot.
+	idle := time.AfterFunc(s.cfg.handshakeTimeout(), func() { sess.Close() })
 	ctl, err := sess.AcceptStream()
 	if err != nil {
+		idle.Stop()
 		return
 	}
 	defer ctl.Close()
-	mc := transport.NewMsgpackConn(ctl, 64<<10)
+	mc := transport.NewMsgpackConn(ctl, maxControlFrame)
 	m, err := mc.ReadMessage(ctx)
-	if err != nil || m.Kind != transport.KindRequest {
+	idle.Stop()
+	var malformed *transport.MalformedError
+	switch {
+	case errors.As(err, &malformed):
+		mc.WriteError(ctx, transport.MalformedID, protocol.Errorf(protocol.CodeInvalidRequest, "relay: %v", err))
+		return
+	case err != nil:
+		return
+	case m.Kind != transport.KindRequest:
+		mc.WriteError(ctx, transport.MalformedID, protocol.Errorf(protocol.CodeInvalidRequest, "relay: the first message must be a request"))
 		return
 	}
 	var peer [32]byte
@@ -471,6 +491,9 @@ func (s *Server) list(ctx context.Context, mc *transport.MsgpackConn, m *transpo
 
 // Control requests are the only relay input decoded before a token is
 // checked; these parsers are the fuzzed boundary (FuzzControlRequest).
+
+// maxControlFrame bounds a control request (they are a few hundred bytes).
+const maxControlFrame = 64 << 10
 
 // maxExecutorIDLen bounds executor ids: they are map keys and log fields.
 const maxExecutorIDLen = 128

@@ -106,6 +106,10 @@ type MsgpackConn struct {
 	maxFrame int
 
 	rhdr [msgpackHeaderLen]byte // used by the reader goroutine only
+	// skip is the body of a refused (oversized) frame, still to be
+	// discarded before the next header: the refusal is reported at once,
+	// not after a peer that declared 4 GiB has sent them.
+	skip int64
 
 	wmu  sync.Mutex
 	wbuf bytes.Buffer     // header and body of the frame being written
@@ -132,14 +136,32 @@ func msgpackFrameLimit(maxFrame int) int {
 
 // ReadMessage reads and decodes the next frame. A frame that is empty, too
 // large or undecodable yields a *MalformedError and the stream stays in
-// sync; io.EOF means the stream ended cleanly between frames, and
+// sync (an oversized frame is refused as soon as its header is read, and
+// its body skipped by the next call); io.EOF means the stream ended cleanly between frames, and
 // io.ErrUnexpectedEOF that it ended inside one.
 func (c *MsgpackConn) ReadMessage(ctx context.Context) (*Message, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
+	if n := c.skip; n > 0 {
+		c.skip = 0
+		if _, err := io.CopyN(io.Discard, c.rw, n); err != nil {
+			return nil, msgpackNoEOF(err)
+		}
+	}
+	if _, err := io.ReadFull(c.rw, c.rhdr[:]); err != nil {
+		return nil, err // io.EOF before the first byte, io.ErrUnexpectedEOF after
+	}
+	n := int64(binary.BigEndian.Uint32(c.rhdr[:]))
+	if n > int64(c.maxFrame) {
+		c.skip = n
+		return nil, &MalformedError{Err: fmt.Errorf("msgpack frame of %d bytes: %w (limit %d bytes)", n, ErrMessageTooLarge, c.maxFrame)}
+	}
+	if n == 0 {
+		return nil, &MalformedError{Err: errors.New("msgpack frame of length 0")}
+	}
 	// A fresh body per frame: the message's params alias it.
-	body, err := readMsgpackFrame(c.rw, c.rhdr[:], nil, c.maxFrame)
+	body, err := readMsgpackBody(c.rw, nil, int(n))
 	if err != nil {
 		return nil, err
 	}

@@ -672,12 +672,29 @@ func TestMsgpackFrameOfExactlyTheLimitIsAccepted(t *testing.T) {
 	mpWantPing(t, c)
 }
 
-func TestMsgpackTruncatedOversizedFrameIsUnexpectedEOF(t *testing.T) {
+// An oversized frame is refused at its header, before its body arrives (a
+// peer may declare 4 GiB and send nothing); the stream ending inside the
+// skipped body shows on the next read.
+func TestMsgpackOversizedFrameIsRefusedBeforeItsBodyThenTruncationIsUnexpectedEOF(t *testing.T) {
 	in := binary.BigEndian.AppendUint32(nil, 5000)
 	in = append(in, make([]byte, 100)...)
 	c := NewMsgpackConn(newMpBuf(in), 1024)
+	if me := mpWantMalformed(t, c); !errors.Is(me, ErrMessageTooLarge) {
+		t.Fatalf("%v, want ErrMessageTooLarge", me)
+	}
 	if _, err := c.ReadMessage(context.Background()); err != io.ErrUnexpectedEOF {
 		t.Fatalf("%v, want io.ErrUnexpectedEOF", err)
+	}
+}
+
+func TestMsgpackOversizedFrameIsRefusedWhileThePeerStalls(t *testing.T) {
+	a, b := net.Pipe()
+	defer a.Close()
+	defer b.Close()
+	go a.Write([]byte{0xff, 0xff, 0xff, 0xff, 1, 2, 3}) // 4 GiB promised, 3 bytes sent
+	c := NewMsgpackConn(b, 1024)
+	if me := mpWantMalformed(t, c); !errors.Is(me, ErrMessageTooLarge) {
+		t.Fatalf("%v, want ErrMessageTooLarge", me)
 	}
 }
 

@@ -23,6 +23,7 @@ import (
 	"github.com/outpost-exec/outpost/executor"
 	"github.com/outpost-exec/outpost/identity"
 	"github.com/outpost-exec/outpost/sandbox"
+	"github.com/outpost-exec/outpost/transport"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -143,13 +144,11 @@ func (l *logFlags) build(stderr io.Writer) (*zap.Logger, error) {
 	return zap.New(zapcore.NewCore(enc, zapcore.AddSync(stderr), lvl)), nil
 }
 
-func cmdExecutorServe(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("outpost executor serve", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	listen := fs.String("listen", executor.DefaultListenURL, "listen URL: ws://IP:PORT, stdio, tcp://HOST:PORT or unix:///path")
-	stateDir := fs.String("state-dir", identity.DefaultStateDir(), "directory for the executor's key (tcp:// and unix://)")
-	authorized := fs.String("authorized-clients", "", "file of client public keys allowed to connect (tcp:// and unix://); default: any")
-	cfg := executor.DefaultConfig()
+// executorLimitFlags registers the limits shared by executor serve and
+// executor join.
+func executorLimitFlags(fs *flag.FlagSet) (*executor.Config, *executor.LocalBackend) {
+	cfg := new(executor.Config)
+	*cfg = executor.DefaultConfig()
 	backend := executor.NewLocalBackend()
 	fs.DurationVar(&cfg.DetachedTTL, "detached-ttl", cfg.DetachedTTL, "how long a disconnected session's processes keep running")
 	fs.DurationVar(&cfg.ClosedRetention, "closed-retention", cfg.ClosedRetention, "how long a finished process stays readable")
@@ -158,7 +157,18 @@ func cmdExecutorServe(args []string, stdout, stderr io.Writer) int {
 	fs.Int64Var(&backend.Retention.MaxBytes, "retention-bytes", backend.Retention.MaxBytes, "output retained per process, bytes")
 	fs.IntVar(&backend.Retention.MaxChunks, "retention-chunks", backend.Retention.MaxChunks, "output retained per process, chunks")
 	fs.DurationVar(&backend.TerminateGrace, "terminate-grace", backend.TerminateGrace, "wait between TERM and KILL on terminate")
+	return cfg, backend
+}
+
+func cmdExecutorServe(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("outpost executor serve", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	listen := fs.String("listen", executor.DefaultListenURL, "listen URL: ws://IP:PORT, stdio, tcp://HOST:PORT or unix:///path")
+	stateDir := fs.String("state-dir", identity.DefaultStateDir(), "directory for the executor's key (tcp:// and unix://)")
+	authorized := fs.String("authorized-clients", "", "file of client public keys allowed to connect (tcp:// and unix://); default: any")
+	cfg, backend := executorLimitFlags(fs)
 	adminListen := fs.String("admin-listen", "", "serve /metrics, /livez and /readyz on HOST:PORT (off when empty)")
+	handshakeTimeout := fs.Duration("handshake-timeout", transport.DefaultHandshakeTimeout, "tcp:// and unix://: how long a client may take to finish its Noise handshake")
 	var lf logFlags
 	lf.register(fs)
 	if err := fs.Parse(args); err != nil {
@@ -171,13 +181,13 @@ func cmdExecutorServe(args []string, stdout, stderr io.Writer) int {
 	}
 	defer log.Sync()
 	cfg.Backend, cfg.Logger, cfg.Version = backend, log, version
-	stopAdmin, err := startExecutorAdmin(*adminListen, &cfg, stderr)
+	stopAdmin, err := startExecutorAdmin(*adminListen, cfg, stderr)
 	if err != nil {
 		fmt.Fprintln(stderr, "outpost:", err)
 		return 1
 	}
 	defer stopAdmin()
-	srv, err := executor.NewServer(cfg)
+	srv, err := executor.NewServer(*cfg)
 	if err != nil {
 		fmt.Fprintln(stderr, "outpost:", err)
 		return 2
@@ -203,7 +213,7 @@ func cmdExecutorServe(args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintln(stderr, "outpost:", err)
 			return 1
 		}
-		opts := executor.NativeOptions{Key: key.Keypair()}
+		opts := executor.NativeOptions{Key: key.Keypair(), HandshakeTimeout: *handshakeTimeout}
 		if *authorized != "" {
 			allow, err := identity.LoadAllowList(*authorized)
 			if err != nil {

@@ -19,6 +19,7 @@ import (
 	"github.com/outpost-exec/outpost/executor"
 	"github.com/outpost-exec/outpost/identity"
 	"github.com/outpost-exec/outpost/relay"
+	"github.com/outpost-exec/outpost/transport"
 )
 
 type labelFlags map[string]string
@@ -45,6 +46,8 @@ func cmdRelayServe(args []string, stdout, stderr io.Writer) int {
 	wsListen := fs.String("ws-listen", "", "also serve the relay over WebSocket: ws://HOST:PORT (for networks that pass only HTTP)")
 	stateDir := fs.String("state-dir", identity.DefaultStateDir(), "directory for the relay's key and token database")
 	adminListen := fs.String("admin-listen", "", "serve /metrics, /livez and /readyz on HOST:PORT (off when empty)")
+	handshakeTimeout := fs.Duration("handshake-timeout", transport.DefaultHandshakeTimeout, "how long a connection may take to finish its Noise handshake and send its first request")
+	maxFailed := fs.Int("max-failed-handshakes", 20, "failed handshakes from one address within a minute before the relay refuses it for the rest of that minute")
 	drainTimeout := fs.Duration("drain-timeout", 30*time.Second, "on SIGTERM, how long open client streams may run on before they are cut (executors are told to reconnect at once)")
 	var lf logFlags
 	lf.register(fs)
@@ -71,7 +74,7 @@ func cmdRelayServe(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "outpost:", err)
 		return 1
 	}
-	srv, err := relay.NewServer(relay.Config{Key: key.Keypair(), Tokens: tokens, Logger: log})
+	srv, err := relay.NewServer(relay.Config{Key: key.Keypair(), Tokens: tokens, Logger: log, HandshakeTimeout: *handshakeTimeout, MaxFailedHandshakes: *maxFailed})
 	if err != nil {
 		fmt.Fprintln(stderr, "outpost:", err)
 		return 1
@@ -250,6 +253,7 @@ func cmdExecutorJoin(args []string, stdout, stderr io.Writer) int {
 	stateDir := fs.String("state-dir", identity.DefaultStateDir(), "directory for the executor's key")
 	authorized := fs.String("authorized-clients", "", "file of client public keys allowed to run commands; default: any the relay brings")
 	adminListen := fs.String("admin-listen", "", "serve /metrics, /livez and /readyz on HOST:PORT (off when empty)")
+	cfg, backend := executorLimitFlags(fs)
 	var lf logFlags
 	lf.register(fs)
 	if err := fs.Parse(args); err != nil {
@@ -269,15 +273,14 @@ func cmdExecutorJoin(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "outpost:", err)
 		return 1
 	}
-	cfg := executor.DefaultConfig()
-	cfg.Logger, cfg.Version = log, version
-	stopAdmin, err := startExecutorAdmin(*adminListen, &cfg, stderr)
+	cfg.Backend, cfg.Logger, cfg.Version = backend, log, version
+	stopAdmin, err := startExecutorAdmin(*adminListen, cfg, stderr)
 	if err != nil {
 		fmt.Fprintln(stderr, "outpost:", err)
 		return 1
 	}
 	defer stopAdmin()
-	srv, err := executor.NewServer(cfg)
+	srv, err := executor.NewServer(*cfg)
 	if err != nil {
 		fmt.Fprintln(stderr, "outpost:", err)
 		return 1
