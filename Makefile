@@ -1,7 +1,7 @@
 # outpost — build, test, benchmark.
 GO ?= go
 
-.PHONY: all build test fmt-check vet unit demo bench fuzz e2e
+.PHONY: all build test fmt-check vet unit demo bench fuzz e2e soak
 
 all: build
 
@@ -38,3 +38,8 @@ fuzz:
 # and busybox-static): deploy/docker-compose.yml, driven by e2e/.
 e2e:
 	$(GO) test -tags e2e -count=1 -v -timeout 20m ./e2e
+
+# The soak (minutes): 100,000 commands and 10 GiB of checked output through
+# a relay; OUTPOST_SOAK_COMMANDS and OUTPOST_SOAK_GIB scale it.
+soak:
+	$(GO) test -tags soak -run Soak -v -count=1 -timeout 60m ./hardening

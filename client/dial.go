@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"go.opentelemetry.io/otel/trace"
 	"io"
 	"net"
 	"os"
@@ -56,6 +57,10 @@ type Options struct {
 	// while reconnecting before its processes fail (default 5 s: enough
 	// for executors to rejoin a restarted relay).
 	OfflineGrace time.Duration
+	// TracerProvider, if set, records outpost.connect and process/start
+	// spans and passes their W3C trace context to the executor inside the
+	// encrypted channel, so its spans join the caller's trace.
+	TracerProvider trace.TracerProvider
 }
 
 func (o Options) offlineGrace() time.Duration {

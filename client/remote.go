@@ -7,10 +7,16 @@ import (
 	"math/rand/v2"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/outpost-exec/outpost/internal/tracing"
 	"github.com/outpost-exec/outpost/protocol"
 	"github.com/outpost-exec/outpost/transport"
 )
@@ -75,12 +81,19 @@ func newRemote(ctx context.Context, url string, dial dialFunc, opts Options) (*R
 }
 
 // connect dials and initializes, resuming sid when non-empty.
-func (r *Remote) connect(ctx context.Context, sid string) (*conn, string, error) {
+func (r *Remote) connect(ctx context.Context, sid string) (_ *conn, _ string, err error) {
+	if tr := tracing.Tracer(r.opts.TracerProvider); tr != nil {
+		var span trace.Span
+		ctx, span = tr.Start(ctx, "outpost.connect", trace.WithSpanKind(trace.SpanKindClient),
+			trace.WithAttributes(attribute.String("outpost.transport", urlScheme(r.url)), attribute.Bool("outpost.resume", sid != "")))
+		defer func() { endSpan(span, err) }()
+	}
 	c, err := r.dial(ctx, r.route)
 	if err != nil {
 		return nil, "", err
 	}
 	params := protocol.InitializeParams{ClientName: r.opts.clientName()}
+	params.TraceParent, params.TraceState = tracing.Inject(ctx)
 	if sid != "" {
 		params.ResumeSessionID = &sid
 	}
@@ -359,9 +372,16 @@ func (r *Remote) call(ctx context.Context, retryable bool, method string, params
 }
 
 // Start implements Environment.
-func (r *Remote) Start(ctx context.Context, params protocol.ExecParams) (*Process, error) {
+func (r *Remote) Start(ctx context.Context, params protocol.ExecParams) (_ *Process, err error) {
 	if params.ProcessID == "" {
 		params.ProcessID = "p" + strconv.FormatInt(r.nextID.Add(1), 10)
+	}
+	if tr := tracing.Tracer(r.opts.TracerProvider); tr != nil {
+		var span trace.Span
+		ctx, span = tr.Start(ctx, protocol.MethodProcessStart, trace.WithSpanKind(trace.SpanKindClient),
+			trace.WithAttributes(attribute.String("outpost.process_id", params.ProcessID)))
+		defer func() { endSpan(span, err) }()
+		params.TraceParent, params.TraceState = tracing.Inject(ctx)
 	}
 	if params.Env == nil {
 		params.Env = map[string]string{}
@@ -382,6 +402,21 @@ func (r *Remote) Start(ctx context.Context, params protocol.ExecParams) (*Proces
 	}
 	p.pid = res.Pid
 	return p, nil
+}
+
+// urlScheme is the part of url before "://" (never the token or path).
+func urlScheme(url string) string {
+	scheme, _, _ := strings.Cut(url, "://")
+	return scheme
+}
+
+// endSpan ends span, recording err.
+func endSpan(span trace.Span, err error) {
+	if err != nil {
+		span.RecordError(err)
+		span.SetStatus(codes.Error, err.Error())
+	}
+	span.End()
 }
 
 // Info implements Environment.

@@ -282,6 +282,7 @@ func (c *serverConn) initialize(m *transport.Message) (any, error) {
 		return nil, err
 	}
 	c.session, c.attach, c.state = sess, a, stateInitialized
+	c.traceHandshake(p)
 	c.log.Debug("session attached", zap.String("session", sess.id), zap.String("client", p.ClientName), zap.Bool("resumed", p.ResumeSessionID != nil))
 	return protocol.InitializeResult{SessionID: sess.id}, nil
 }

@@ -301,6 +301,14 @@ type Snapshot struct {
 	EvictedBytes  uint64
 }
 
+// Subscribers counts open subscriptions: pushed event streams that have
+// not yet delivered the close event (a lane ends its subscription then).
+func (l *EventLog) Subscribers() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.subs)
+}
+
 // Snapshot returns the current state.
 func (l *EventLog) Snapshot() Snapshot {
 	l.mu.Lock()

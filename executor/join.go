@@ -203,11 +203,13 @@ func (s *Server) serveRelayed(ctx context.Context, sess *yamux.Session, opts Joi
 			if opts.Authorize != nil {
 				cfg.Authorize = func(peer, _ []byte) error { return opts.Authorize(peer) }
 			}
+			start := time.Now()
 			nc, err := transport.NoiseResponder(ctx, st, cfg)
 			if err != nil {
 				s.log.Info("relayed client refused", zap.Error(err))
 				return
 			}
+			ctx := withHandshake(ctx, handshakeInfo{start: start, end: time.Now(), via: "relay"})
 			inner, err := transport.MuxServer(nc, opts.Mux)
 			if err != nil {
 				return

@@ -179,6 +179,15 @@ func (l *WSListener) URL() string { return "ws://" + l.ln.Addr().String() }
 // Addr is the bound address.
 func (l *WSListener) Addr() net.Addr { return l.ln.Addr() }
 
+// StopAccepting closes the port; open connections go on until Close
+// (Server.Shutdown flushes them in between).
+func (l *WSListener) StopAccepting() error {
+	if err := l.ln.Close(); err != nil && !errors.Is(err, net.ErrClosed) {
+		return err
+	}
+	return nil
+}
+
 // Close stops accepting and ends every connection (their sessions detach).
 func (l *WSListener) Close() error {
 	l.once.Do(func() {

@@ -133,6 +133,9 @@ func (l *NativeListener) Addr() net.Addr { return l.acc.Addr() }
 // detach) and waits for them to wind down.
 func (l *NativeListener) Close() error { return l.acc.Close() }
 
+// StopAccepting closes the port; open connections go on until Close.
+func (l *NativeListener) StopAccepting() error { return l.acc.StopAccepting() }
+
 func (l *NativeListener) serve(ctx context.Context, c net.Conn) {
 	select {
 	case l.hs <- struct{}{}:
@@ -146,12 +149,14 @@ func (l *NativeListener) serve(ctx context.Context, c net.Conn) {
 		}
 		return nil
 	}
+	start := time.Now()
 	nc, err := transport.NoiseResponder(ctx, c, cfg)
 	<-l.hs
 	if err != nil {
 		l.srv.log.Info("handshake failed", zap.Stringer("remote", c.RemoteAddr()), zap.Error(err))
 		return
 	}
+	ctx = withHandshake(ctx, handshakeInfo{start: start, end: time.Now(), via: c.LocalAddr().Network()})
 	sess, err := transport.MuxServer(nc, l.opts.Mux)
 	if err != nil {
 		l.srv.log.Warn("mux setup failed", zap.Error(err))

@@ -10,8 +10,8 @@
 // (bounded) for a later process/read.
 //
 // Bounds: Config.MaxSessions sessions; Config.MaxProcessesPerSession
-// processes per session (running, starting, or closed but not yet
-// evicted); per process, a retention buffer (Retention) and at most four
+// processes per session (running, starting, or closed and retained; a
+// full table evicts its oldest closed process before refusing a start); per process, a retention buffer (Retention) and at most four
 // goroutines (two output pumps, a waiter, a stdin feeder); per connection,
 // Config.MaxConcurrentReads long polls and maxPendingReplies queued replies.
 package executor
@@ -21,6 +21,7 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"go.opentelemetry.io/otel/trace"
 	"os"
 	"sync"
 	"time"
@@ -38,7 +39,9 @@ type Config struct {
 	Logger  *zap.Logger
 	// MaxSessions bounds live sessions, attached or detached (default 1024).
 	MaxSessions int
-	// MaxProcessesPerSession bounds one session's process table (default 1024).
+	// MaxProcessesPerSession bounds one session's process table (default
+	// 1024). Closed processes stay readable for ClosedRetention, but a full
+	// table gives up the oldest closed one rather than refuse a start.
 	MaxProcessesPerSession int
 	// DetachedTTL is how long a detached session's processes keep running
 	// before they are killed (default 5 min).
@@ -66,6 +69,10 @@ type Config struct {
 	PathMappings []pathmap.Mapping
 	// Metrics, if set, counts processes for Prometheus.
 	Metrics *Metrics
+	// TracerProvider, if set, records OpenTelemetry spans for handshakes
+	// and processes, joining the client's trace when it sends W3C trace
+	// context (see package internal/tracing).
+	TracerProvider trace.TracerProvider
 }
 
 // DefaultConfig returns the default configuration with a LocalBackend.
@@ -195,7 +202,10 @@ func (s *Server) SessionCount() int {
 
 // Shutdown refuses new sessions, terminates every process of every session
 // (TERM, then KILL after the backend's grace) and waits until they have
-// closed or ctx is done, when the rest are killed.
+// closed or ctx is done, when the rest are killed. Then it waits, within
+// ctx, until connected clients have been sent each process's exit and
+// close events; close the listeners after it, not before (StopAccepting
+// first keeps new connections out meanwhile).
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.mu.Lock()
 	s.closing = true
@@ -223,6 +233,19 @@ func (s *Server) Shutdown(ctx context.Context) error {
 				p.Kill()
 			}
 			return ctx.Err()
+		}
+	}
+	// Flush: connected clients get every process's exit and close events
+	// before the caller closes the connections.
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for _, p := range procs {
+		for p.Log().Subscribers() > 0 {
+			select {
+			case <-tick.C:
+			case <-ctx.Done():
+				return fmt.Errorf("executor shutdown: exit events not yet delivered: %w", ctx.Err())
+			}
 		}
 	}
 	return nil

@@ -34,6 +34,9 @@ type Session struct {
 type procEntry struct {
 	start *struct{ _ byte }
 	proc  Process
+	// closedAt is when the process closed (zero while it runs), under
+	// Session.mu: a full table gives up its oldest closed process first.
+	closedAt time.Time
 }
 
 // attachment is one connection's hold on a session.
@@ -206,7 +209,9 @@ func (s *Session) sandboxed(p *protocol.ExecParams, spec Spec) (Spec, error) {
 // Start starts a process under p.ProcessID. Two starts with one id give
 // exactly one success; a terminate that arrives while the process is
 // starting cancels the start.
-func (s *Session) Start(ctx context.Context, p protocol.ExecParams) (protocol.StartResult, error) {
+func (s *Session) Start(ctx context.Context, p protocol.ExecParams) (res protocol.StartResult, err error) {
+	ctx, span := s.startSpan(ctx, &p)
+	defer func() { endSpan(span, err) }()
 	if err := s.validateStart(&p); err != nil {
 		return protocol.StartResult{}, err
 	}
@@ -224,11 +229,10 @@ func (s *Session) Start(ctx context.Context, p protocol.ExecParams) (protocol.St
 	case s.procs[id] != nil:
 		s.mu.Unlock()
 		return protocol.StartResult{}, protocol.Errorf(protocol.CodeInvalidRequest, "process %s already exists", id)
-	case len(s.procs) >= s.srv.cfg.MaxProcessesPerSession:
+	case len(s.procs) >= s.srv.cfg.MaxProcessesPerSession && !s.evictOldestClosedLocked():
 		s.mu.Unlock()
 		return protocol.StartResult{}, protocol.Errorf(protocol.CodeInvalidRequest,
-			"too many processes in this session (limit %d, counting closed processes retained for %s)",
-			s.srv.cfg.MaxProcessesPerSession, s.srv.cfg.ClosedRetention)
+			"too many processes in this session (limit %d running or starting)", s.srv.cfg.MaxProcessesPerSession)
 	}
 	s.procs[id] = entry
 	s.mu.Unlock()
@@ -250,12 +254,22 @@ func (s *Session) Start(ctx context.Context, p protocol.ExecParams) (protocol.St
 		return protocol.StartResult{}, protocol.Errorf(protocol.CodeInvalidRequest, "process %s start was cancelled", id)
 	}
 	entry.proc = proc
-	if m := s.srv.cfg.Metrics; m != nil {
+	pid := 0
+	if pp, ok := proc.(interface{ Pid() int }); ok {
+		pid = pp.Pid()
+	}
+	m := s.srv.cfg.Metrics
+	pspan := s.processSpan(ctx, pid, spec.SandboxType)
+	if m != nil || pspan != nil {
 		// One goroutine per live process; the process limits bound them.
 		m.started()
 		go func() {
 			<-proc.Log().Closed()
-			m.exited(proc.Log().Snapshot())
+			snap := proc.Log().Snapshot()
+			m.exited(snap)
+			if pspan != nil {
+				finishProcessSpan(pspan, snap)
+			}
 		}()
 	}
 	if s.attached != nil {
@@ -263,15 +277,14 @@ func (s *Session) Start(ctx context.Context, p protocol.ExecParams) (protocol.St
 	}
 	s.mu.Unlock()
 	go s.evictAfterClose(id, entry)
-	res := protocol.StartResult{ProcessID: id, SandboxType: spec.SandboxType}
-	if pp, ok := proc.(interface{ Pid() int }); ok {
-		res.Pid = pp.Pid()
-	}
-	return res, nil
+	return protocol.StartResult{ProcessID: id, SandboxType: spec.SandboxType, Pid: pid}, nil
 }
 
 func (s *Session) evictAfterClose(id string, e *procEntry) {
 	<-e.proc.Log().Closed()
+	s.mu.Lock()
+	e.closedAt = time.Now()
+	s.mu.Unlock()
 	time.AfterFunc(s.srv.cfg.ClosedRetention, func() {
 		s.mu.Lock()
 		if s.procs[id] == e {
@@ -279,6 +292,25 @@ func (s *Session) evictAfterClose(id string, e *procEntry) {
 		}
 		s.mu.Unlock()
 	})
+}
+
+// evictOldestClosedLocked frees the slot of the process that closed
+// first, so a client running many short commands is limited by what runs,
+// not by what it ran in the last ClosedRetention. It reports false when
+// every slot holds a running or starting process. O(slots), only when full.
+func (s *Session) evictOldestClosedLocked() bool {
+	var oldestID string
+	var oldest *procEntry
+	for id, e := range s.procs {
+		if !e.closedAt.IsZero() && (oldest == nil || e.closedAt.Before(oldest.closedAt)) {
+			oldestID, oldest = id, e
+		}
+	}
+	if oldest == nil {
+		return false
+	}
+	delete(s.procs, oldestID)
+	return true
 }
 
 // lookup returns the entry for id (nil if unknown).

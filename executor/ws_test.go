@@ -624,6 +624,24 @@ func TestWSProcessLimitPerSession(t *testing.T) {
 	r.wantError(r.call("process/start", startParams("c", "sleep", "60")), protocol.CodeInvalidRequest, "too many processes in this session (limit 2")
 }
 
+// A client running many short commands is bounded by what runs, not by
+// the closed processes still retained: a full table gives up the oldest
+// closed process, and refuses only when every slot is running.
+func TestWSFullProcessTableEvictsTheOldestClosedProcess(t *testing.T) {
+	ts := newTestServer(t, func(c *Config) { c.MaxProcessesPerSession = 2 }, WSOptions{})
+	r := dialRaw(t, ts.url, nil)
+	r.init()
+	r.result("process/start", startParams("a", "true"))
+	r.untilClosed("a")
+	r.result("process/start", startParams("b", "true"))
+	r.untilClosed("b")
+	r.result("process/start", startParams("c", "sleep", "60")) // evicts a
+	r.wantError(r.call("process/read", map[string]any{"processId": "a"}), protocol.CodeInvalidRequest, "unknown process id a")
+	r.result("process/read", map[string]any{"processId": "b"}) // still retained
+	r.result("process/start", startParams("d", "sleep", "60")) // evicts b
+	r.wantError(r.call("process/start", startParams("e", "sleep", "60")), protocol.CodeInvalidRequest, "too many processes in this session (limit 2 running")
+}
+
 func TestWSClosedProcessIsEvictedAndItsIDReusable(t *testing.T) {
 	ts := newTestServer(t, func(c *Config) { c.ClosedRetention = 10 * time.Millisecond }, WSOptions{})
 	r := dialRaw(t, ts.url, nil)

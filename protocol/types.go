@@ -8,6 +8,12 @@ type InitializeParams struct {
 	// ResumeSessionID re-attaches a detached session; its processes kept
 	// running while it was detached and their retained output can be read.
 	ResumeSessionID *string `json:"resumeSessionId,omitempty" msgpack:"resumeSessionId,omitempty"`
+	// TraceParent and TraceState are W3C trace context (outpost
+	// addition): the executor's spans join the caller's trace. They travel
+	// inside the encrypted channel, so a relay never sees them; codex
+	// ignores them.
+	TraceParent string `json:"traceparent,omitempty" msgpack:"traceparent,omitempty"`
+	TraceState  string `json:"tracestate,omitempty" msgpack:"tracestate,omitempty"`
 }
 
 // InitializeResult names the session, new or resumed.
@@ -73,6 +79,9 @@ type ExecParams struct {
 	// Rows and Cols size the PTY at start (outpost addition; 0 = default).
 	Rows uint16 `json:"rows,omitempty" msgpack:"rows,omitempty"`
 	Cols uint16 `json:"cols,omitempty" msgpack:"cols,omitempty"`
+	// TraceParent and TraceState: W3C trace context, as in InitializeParams.
+	TraceParent string `json:"traceparent,omitempty" msgpack:"traceparent,omitempty"`
+	TraceState  string `json:"tracestate,omitempty" msgpack:"tracestate,omitempty"`
 }
 
 // StartResult is the result of process/start.

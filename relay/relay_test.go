@@ -14,6 +14,9 @@ import (
 	"testing"
 	"time"
 
+	"go.opentelemetry.io/otel/codes"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.uber.org/zap/zaptest"
 
 	"github.com/outpost-exec/outpost/client"
@@ -173,14 +176,14 @@ func TestClientRunsCommandsThroughTheRelay(t *testing.T) {
 	}
 }
 
-func TestRelayNeverSeesPlaintext(t *testing.T) {
-	r := newRelay(t)
-	e := join(t, r, "x", r.token(t, TokenJoin, CreateOptions{}), key(t), nil)
-	e.waitJoined(t)
-	// A recording proxy in front of the relay sees everything the relay
-	// sees from the client.
-	ln, _ := net.Listen("tcp", "127.0.0.1:0")
-	defer ln.Close()
+// recordingProxy puts a proxy in front of r that records everything the
+// relay and its clients exchange; dial the returned relay to go through it.
+func recordingProxy(t *testing.T, r *testRelay) (*testRelay, func() []byte) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
 	var mu sync.Mutex
 	var seen bytes.Buffer
 	go func() {
@@ -189,15 +192,34 @@ func TestRelayNeverSeesPlaintext(t *testing.T) {
 			if err != nil {
 				return
 			}
-			u, _ := net.Dial("tcp", r.addr)
+			u, err := net.Dial("tcp", r.addr)
+			if err != nil {
+				c.Close()
+				continue
+			}
+			record := writerFunc(func(p []byte) { mu.Lock(); seen.Write(p); mu.Unlock() })
 			go func() {
-				io.Copy(c, io.TeeReader(u, writerFunc(func(p []byte) { mu.Lock(); seen.Write(p); mu.Unlock() })))
+				io.Copy(c, io.TeeReader(u, record))
 				c.Close()
 			}()
-			go func() { io.Copy(u, c); u.Close() }()
+			go func() {
+				io.Copy(u, io.TeeReader(c, record))
+				u.Close()
+			}()
 		}
 	}()
-	proxied := &testRelay{key: r.key, addr: ln.Addr().String()}
+	return &testRelay{key: r.key, addr: ln.Addr().String()}, func() []byte {
+		mu.Lock()
+		defer mu.Unlock()
+		return bytes.Clone(seen.Bytes())
+	}
+}
+
+func TestRelayNeverSeesPlaintext(t *testing.T) {
+	r := newRelay(t)
+	e := join(t, r, "x", r.token(t, TokenJoin, CreateOptions{}), key(t), nil)
+	e.waitJoined(t)
+	proxied, seen := recordingProxy(t, r)
 	env, err := dialVia(t, proxied, "x", r.token(t, TokenClient, CreateOptions{Executors: "*"}), client.Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -206,10 +228,8 @@ func TestRelayNeverSeesPlaintext(t *testing.T) {
 	if err != nil || string(out) != "MARKER-9e1f-42\n" {
 		t.Fatalf("%q %v", out, err)
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	if seen.Len() == 0 || bytes.Contains(seen.Bytes(), []byte("MARKER-9e1f")) {
-		t.Fatalf("the relay's side of the wire (%d bytes) holds plaintext", seen.Len())
+	if b := seen(); len(b) == 0 || bytes.Contains(b, []byte("MARKER-9e1f")) {
+		t.Fatalf("the relay's side of the wire (%d bytes) holds plaintext", len(b))
 	}
 }
 
@@ -539,5 +559,85 @@ func TestDrainGivesUpAtItsDeadlineNamingOpenStreams(t *testing.T) {
 	err = r.srv.Drain(ctx)
 	if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "1 client streams still open") {
 		t.Fatalf("drain: %v", err)
+	}
+}
+
+func TestTraceContextCrossesTheRelayEncryptedAndJoinsTheExecutorsSpans(t *testing.T) {
+	r := newRelay(t)
+	execSpans, clientSpans := tracetest.NewSpanRecorder(), tracetest.NewSpanRecorder()
+	execTP := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(execSpans))
+	clientTP := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(clientSpans))
+	cfg := executor.DefaultConfig()
+	cfg.TracerProvider = execTP
+	srv, err := executor.NewServer(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	joined, done := make(chan struct{}, 1), make(chan struct{})
+	go func() {
+		defer close(done)
+		srv.Join(ctx, executor.JoinOptions{RelayURL: r.url(), Key: key(t).Keypair(), ID: "traced", Token: r.token(t, TokenJoin, CreateOptions{}),
+			Joined: func() { joined <- struct{}{} }})
+	}()
+	defer func() { cancel(); <-done; srv.Shutdown(context.Background()) }()
+	<-joined
+	proxied, seen := recordingProxy(t, r)
+	env, err := dialVia(t, proxied, "traced", r.token(t, TokenClient, CreateOptions{Executors: "*"}), client.Options{TracerProvider: clientTP})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rootCtx, root := clientTP.Tracer("test").Start(ctxT(t), "agent step")
+	p, err := env.Start(rootCtx, protocol.ExecParams{Argv: []string{"/bin/sh", "-c", "exit 3"}, Env: env0})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res, err := p.Wait(ctxT(t)); err != nil || res.ExitCode != 3 {
+		t.Fatalf("%+v %v", res, err)
+	}
+	root.End()
+	byName := func(rec *tracetest.SpanRecorder, name string) sdktrace.ReadOnlySpan {
+		t.Helper()
+		deadline := time.Now().Add(5 * time.Second)
+		for {
+			for _, s := range rec.Ended() {
+				if s.Name() == name {
+					return s
+				}
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("no %q span", name)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	connect, start := byName(clientSpans, "outpost.connect"), byName(clientSpans, "process/start")
+	handshake := byName(execSpans, "outpost.handshake")
+	if handshake.Parent().SpanID() != connect.SpanContext().SpanID() || handshake.SpanContext().TraceID() != connect.SpanContext().TraceID() {
+		t.Fatalf("the executor's handshake span is not a child of the client's connect span")
+	}
+	if !handshake.EndTime().After(handshake.StartTime()) {
+		t.Fatalf("handshake span %v..%v", handshake.StartTime(), handshake.EndTime())
+	}
+	execStart := byName(execSpans, "process/start")
+	if execStart.Parent().SpanID() != start.SpanContext().SpanID() || execStart.SpanContext().TraceID() != root.SpanContext().TraceID() {
+		t.Fatalf("the executor's process/start span is not in the client's trace")
+	}
+	proc := byName(execSpans, "process")
+	if proc.Parent().SpanID() != execStart.SpanContext().SpanID() {
+		t.Fatal("the process span is not a child of process/start")
+	}
+	attrs := map[string]any{}
+	for _, a := range proc.Attributes() {
+		attrs[string(a.Key)] = a.Value.AsInterface()
+	}
+	if attrs["process.exit.code"] != int64(3) || proc.Status().Code != codes.Error {
+		t.Fatalf("process span %v, status %v", attrs, proc.Status())
+	}
+	// The trace context crossed the relay only encrypted.
+	traceID := root.SpanContext().TraceID().String()
+	if b := seen(); len(b) == 0 || bytes.Contains(b, []byte(traceID)) || bytes.Contains(b, []byte("traceparent")) {
+		t.Fatalf("the relay saw the trace context in %d bytes", len(b))
 	}
 }

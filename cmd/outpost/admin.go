@@ -1,13 +1,16 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"io"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/outpost-exec/outpost/executor"
 	"github.com/outpost-exec/outpost/internal/admin"
+	"github.com/outpost-exec/outpost/internal/tracing"
 	"github.com/outpost-exec/outpost/relay"
 )
 
@@ -57,4 +60,26 @@ func startRelayAdmin(addr string, srv *relay.Server, stderr io.Writer) (stopping
 	}
 	fmt.Fprintf(stderr, "admin: http://%s/metrics\n", s.Addr())
 	return s.Stopping, func() { s.Stopping(); s.Close() }, nil
+}
+
+// flushSpans exports the spans still queued, for at most 5 s.
+func flushSpans(shutdown func(context.Context) error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	shutdown(ctx)
+}
+
+// executorTracing sets cfg.TracerProvider from the OTEL_EXPORTER_OTLP_*
+// environment; the returned func flushes at exit.
+func executorTracing(cfg *executor.Config, stderr io.Writer) func() {
+	tp, shutdown, err := tracing.FromEnv(context.Background(), "outpost-executor")
+	if err != nil {
+		fmt.Fprintln(stderr, "outpost: tracing off:", err)
+		return func() {}
+	}
+	if tp == nil {
+		return func() {}
+	}
+	cfg.TracerProvider = tp
+	return func() { flushSpans(shutdown) }
 }

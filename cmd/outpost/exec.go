@@ -17,10 +17,13 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/sys/unix"
 
 	"github.com/outpost-exec/outpost/client"
 	"github.com/outpost-exec/outpost/identity"
+	"github.com/outpost-exec/outpost/internal/tracing"
 	"github.com/outpost-exec/outpost/protocol"
 )
 
@@ -87,6 +90,19 @@ func cmdExec(args []string, stdout, stderr io.Writer) int {
 	defer cancel()
 	url := *target
 	dialOpts := client.Options{ClientName: "outpost-exec", OfflineGrace: *offlineGrace, RecoveryTimeout: *recovery}
+	// Tracing, when OTEL_EXPORTER_OTLP_ENDPOINT is set: one span for this
+	// run, under $TRACEPARENT if a caller (a CI job, an agent) passes one.
+	tp, flushTraces, err := tracing.FromEnv(ctx, "outpost-exec")
+	if err != nil {
+		fmt.Fprintln(stderr, "outpost exec: tracing off:", err)
+	} else if tp != nil {
+		defer flushSpans(flushTraces)
+		dialOpts.TracerProvider = tp
+		ctx = tracing.Extract(ctx, os.Getenv("TRACEPARENT"), os.Getenv("TRACESTATE"))
+		var span trace.Span
+		ctx, span = tracing.Tracer(tp).Start(ctx, "outpost exec", trace.WithAttributes(attribute.String("process.executable.name", filepath.Base(argv[0]))))
+		defer span.End()
+	}
 	if *executorID != "" {
 		url = *relayURL
 		dialOpts.Executor, dialOpts.Token = *executorID, *token
@@ -98,7 +114,6 @@ func cmdExec(args []string, stdout, stderr io.Writer) int {
 		url = configTarget()
 	}
 	var environment client.Environment
-	var err error
 	if url == "" {
 		environment, err = client.Local(ctx)
 		if *cwd == "" {

@@ -181,6 +181,7 @@ func cmdExecutorServe(args []string, stdout, stderr io.Writer) int {
 	}
 	defer log.Sync()
 	cfg.Backend, cfg.Logger, cfg.Version = backend, log, version
+	defer executorTracing(cfg, stderr)()
 	stopAdmin, err := startExecutorAdmin(*adminListen, cfg, stderr)
 	if err != nil {
 		fmt.Fprintln(stderr, "outpost:", err)
@@ -241,8 +242,9 @@ func cmdExecutorServe(args []string, stdout, stderr io.Writer) int {
 		log.Info("executor listening", zap.String("url", url), zap.String("fingerprint", key.PublicKey().Fingerprint()), zap.Bool("new_key", created))
 		<-ctx.Done()
 		log.Info("shutting down")
+		l.StopAccepting()
+		shutdown() // TERM, grace, KILL; clients get the exit events
 		l.Close()
-		shutdown()
 		return 0
 	}
 	lu, err := executor.ParseListenURL(*listen)
@@ -274,8 +276,9 @@ func cmdExecutorServe(args []string, stdout, stderr io.Writer) int {
 		log.Info("executor listening", zap.String("url", l.URL()), zap.Bool("token", token != ""))
 		<-ctx.Done()
 		log.Info("shutting down")
+		l.StopAccepting()
+		shutdown() // TERM, grace, KILL; clients get the exit events
 		l.Close()
-		shutdown()
 		return 0
 	}
 }

@@ -4,11 +4,15 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/hex"
 	"encoding/json"
 	"io"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -16,6 +20,8 @@ import (
 	"time"
 
 	"github.com/creack/pty"
+	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/outpost-exec/outpost/client"
 	"github.com/outpost-exec/outpost/identity"
@@ -85,7 +91,7 @@ func TestEmptyConnectionTokenIsRefused(t *testing.T) {
 	}
 }
 
-func TestServePrintsURLServesAndShutsDownOnSIGTERM(t *testing.T) {
+func TestServeShutsDownOnSIGTERMTellingClientsHowTheirProcessesEnded(t *testing.T) {
 	cmd := exec.Command(outpostBin, "executor", "serve", "--listen", "ws://127.0.0.1:0")
 	cmd.Env = append(os.Environ(), "OUTPOST_CONNECTION_TOKEN=tok")
 	stdout, _ := cmd.StdoutPipe()
@@ -119,6 +125,16 @@ func TestServePrintsURLServesAndShutsDownOnSIGTERM(t *testing.T) {
 	ev := <-p.Events()
 	pid := strings.TrimSpace(string(ev.Data))
 	cmd.Process.Signal(syscall.SIGTERM)
+	// The client is told how its process ended before the executor goes.
+	var exited *client.Event
+	for ev := range p.Events() {
+		if ev.Kind == client.EventExited {
+			exited = &ev
+		}
+	}
+	if exited == nil || exited.Signal != int32(syscall.SIGTERM) {
+		t.Fatalf("exit event %+v (err %v); stderr %s", exited, p.Err(), stderr.String())
+	}
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()
 	select {
@@ -492,4 +508,69 @@ func (s *syncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
+}
+
+func TestExecAndExecutorExportSpansOfOneTraceOverOTLP(t *testing.T) {
+	var mu sync.Mutex
+	var bodies [][]byte
+	collector := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		if r.URL.Path == "/v1/traces" {
+			mu.Lock()
+			bodies = append(bodies, b)
+			mu.Unlock()
+		}
+		w.Header().Set("Content-Type", "application/x-protobuf")
+	}))
+	defer collector.Close()
+	otel := []string{"OTEL_EXPORTER_OTLP_ENDPOINT=" + collector.URL, "OTEL_BSP_SCHEDULE_DELAY=50"}
+	dir := t.TempDir()
+	serve := exec.Command(outpostBin, "executor", "serve", "--listen", "tcp://127.0.0.1:0", "--state-dir", filepath.Join(dir, "exec"))
+	serve.Env = append(os.Environ(), otel...)
+	stdout, _ := serve.StdoutPipe()
+	if err := serve.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer serve.Process.Kill()
+	url, err := bufio.NewReader(stdout).ReadString('\n')
+	if err != nil {
+		t.Fatal(err)
+	}
+	const traceID = "0af7651916cd43dd8448eb211c80319c"
+	cmd := exec.Command(outpostBin, "exec", "--target", strings.TrimSpace(url), "--", "sh", "-c", "exit 0")
+	cmd.Env = append(os.Environ(), append(otel, "XDG_CONFIG_HOME="+filepath.Join(dir, "cfg"), "TRACEPARENT=00-"+traceID+"-b7ad6b7169203331-01")...)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("exec: %v\n%s", err, out)
+	}
+	serve.Process.Signal(syscall.SIGTERM) // flushes its spans
+	serve.Wait()
+	id, _ := hex.DecodeString(traceID)
+	mu.Lock()
+	defer mu.Unlock()
+	found := map[string][]string{} // service → span names in the trace
+	for _, b := range bodies {
+		var req coltracepb.ExportTraceServiceRequest
+		if err := proto.Unmarshal(b, &req); err != nil {
+			t.Fatalf("export body: %v", err)
+		}
+		for _, rs := range req.ResourceSpans {
+			svc := ""
+			for _, a := range rs.Resource.GetAttributes() {
+				if a.Key == "service.name" {
+					svc = a.Value.GetStringValue()
+				}
+			}
+			for _, ss := range rs.ScopeSpans {
+				for _, sp := range ss.Spans {
+					if bytes.Equal(sp.TraceId, id) {
+						found[svc] = append(found[svc], sp.Name)
+					}
+				}
+			}
+		}
+	}
+	t.Logf("spans in trace %s: %v", traceID, found)
+	if len(found["outpost-exec"]) < 3 || !slices.Contains(found["outpost-executor"], "process") || !slices.Contains(found["outpost-executor"], "process/start") {
+		t.Fatalf("spans of trace %s from exec and executor: %v (%d exports)", traceID, found, len(bodies))
+	}
 }

@@ -274,6 +274,7 @@ func cmdExecutorJoin(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	cfg.Backend, cfg.Logger, cfg.Version = backend, log, version
+	defer executorTracing(cfg, stderr)()
 	stopAdmin, err := startExecutorAdmin(*adminListen, cfg, stderr)
 	if err != nil {
 		fmt.Fprintln(stderr, "outpost:", err)
@@ -302,13 +303,29 @@ func cmdExecutorJoin(args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	fmt.Fprintf(stdout, "executor %s (key %s) joining %s\n", *id, key.PublicKey().Fingerprint(), *relayURL)
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	sigCtx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	err = srv.Join(ctx, opts)
+	// The relay session outlives the signal until Shutdown has TERMed the
+	// children and sent their clients the exit events.
+	ctx, leave := context.WithCancel(context.Background())
+	defer leave()
+	joinDone := make(chan error, 1)
+	go func() { joinDone <- srv.Join(ctx, opts) }()
+	select {
+	case err = <-joinDone:
+	case <-sigCtx.Done():
+	}
 	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	srv.Shutdown(sctx)
-	if err != nil && ctx.Err() == nil {
+	if serr := srv.Shutdown(sctx); serr != nil {
+		log.Warn("shutdown", zap.Error(serr))
+	}
+	leave()
+	if sigCtx.Err() != nil {
+		<-joinDone
+		return 0
+	}
+	if err != nil {
 		fmt.Fprintln(stderr, "outpost executor join:", err)
 		return 1
 	}
