@@ -15,20 +15,20 @@ import (
 )
 
 // startExecutorAdmin serves the executor's metrics on addr (off when addr
-// is empty) and sets cfg.Metrics. The returned stop marks the endpoint not
-// ready and closes it.
-func startExecutorAdmin(addr string, cfg *executor.Config, stderr io.Writer) (stop func(), err error) {
+// is empty) and sets cfg.Metrics. stopping marks the endpoint not ready
+// (shutdown has begun); stop closes it.
+func startExecutorAdmin(addr string, cfg *executor.Config, stderr io.Writer) (stopping, stop func(), err error) {
 	if addr == "" {
-		return func() {}, nil
+		return func() {}, func() {}, nil
 	}
 	reg := prometheus.NewRegistry()
 	cfg.Metrics = executor.NewMetrics(reg)
 	s, err := admin.Listen(addr, reg)
 	if err != nil {
-		return nil, fmt.Errorf("--admin-listen: %w", err)
+		return nil, nil, fmt.Errorf("--admin-listen: %w", err)
 	}
 	fmt.Fprintf(stderr, "admin: http://%s/metrics\n", s.Addr())
-	return func() { s.Stopping(); s.Close() }, nil
+	return s.Stopping, func() { s.Stopping(); s.Close() }, nil
 }
 
 // startRelayAdmin serves the relay's metrics on addr (off when empty).

@@ -182,7 +182,7 @@ func cmdExecutorServe(args []string, stdout, stderr io.Writer) int {
 	defer log.Sync()
 	cfg.Backend, cfg.Logger, cfg.Version = backend, log, version
 	defer executorTracing(cfg, stderr)()
-	stopAdmin, err := startExecutorAdmin(*adminListen, cfg, stderr)
+	adminStopping, stopAdmin, err := startExecutorAdmin(*adminListen, cfg, stderr)
 	if err != nil {
 		fmt.Fprintln(stderr, "outpost:", err)
 		return 1
@@ -196,6 +196,7 @@ func cmdExecutorServe(args []string, stdout, stderr io.Writer) int {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	shutdown := func() {
+		adminStopping()
 		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		if err := srv.Shutdown(sctx); err != nil {

@@ -275,7 +275,7 @@ func cmdExecutorJoin(args []string, stdout, stderr io.Writer) int {
 	}
 	cfg.Backend, cfg.Logger, cfg.Version = backend, log, version
 	defer executorTracing(cfg, stderr)()
-	stopAdmin, err := startExecutorAdmin(*adminListen, cfg, stderr)
+	adminStopping, stopAdmin, err := startExecutorAdmin(*adminListen, cfg, stderr)
 	if err != nil {
 		fmt.Fprintln(stderr, "outpost:", err)
 		return 1
@@ -315,6 +315,7 @@ func cmdExecutorJoin(args []string, stdout, stderr io.Writer) int {
 	case err = <-joinDone:
 	case <-sigCtx.Done():
 	}
+	adminStopping()
 	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if serr := srv.Shutdown(sctx); serr != nil {
