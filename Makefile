@@ -25,9 +25,13 @@ unit:
 demo:
 	$(GO) run ./cmd/outpost demo
 
-# Side-by-side benchmarks against codex exec-server (installs it with npm).
+# Side-by-side benchmarks in one run: the local limit, outpost (in-process,
+# direct, ws, relay), codex exec-server, ssh (fresh and ControlMaster) and
+# bubblewrap; installs missing peers. A Markdown table on stdout, JSON in
+# .bench/results.json.
 bench:
-	bash scripts/bench.sh
+	mkdir -p .bench
+	$(GO) run ./bench --json .bench/results.json
 
 # Each fuzz target for FUZZTIME (default 20s).
 FUZZTIME ?= 20s

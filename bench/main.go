@@ -1,0 +1,526 @@
+// Command bench measures outpost beside what users would use instead and
+// beside the physical limit, on one machine in one run, and prints a
+// Markdown table (and, with --json FILE, the same figures as JSON):
+//
+//   - start_to_exit: /bin/true from request to close, p50 and p99 — local
+//     fork/exec (the limit), outpost in-process, direct (tcp), ws and
+//     through a relay, the codex 0.145.0 exec-server (ws), ssh fresh and
+//     over a ControlMaster (a throwaway sshd on loopback).
+//   - throughput: one process writing 256 MiB to stdout — a local pipe
+//     (the limit), outpost direct, ws and relay, codex, ssh (aes128-gcm).
+//   - concurrency: 1,000 concurrent `sleep 1` over one client connection
+//     through the relay (wall time, errors).
+//   - idle_executors: 1,000 executors joined to one relay process (the
+//     relay's memory per executor).
+//   - sandbox_overhead: /bin/true under outpost's sandbox against the same
+//     engine unsandboxed, and bubblewrap with codex's profile against a
+//     plain fork/exec.
+//
+// Each row carries ratios to the limit and to the best peer. Missing peers
+// are installed first (codex with npm, openssh-server and bubblewrap with
+// apt-get); a peer that cannot be installed leaves its rows skipped, with
+// the reason. Run it with `make bench` (go run ./bench).
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/outpost-exec/outpost/client"
+	"github.com/outpost-exec/outpost/executor"
+	"github.com/outpost-exec/outpost/identity"
+	"github.com/outpost-exec/outpost/internal/peers"
+	"github.com/outpost-exec/outpost/protocol"
+	"github.com/outpost-exec/outpost/sandbox"
+)
+
+const throughputBytes = 256 << 20
+
+var (
+	runs           = flag.Int("runs", 300, "start-to-exit and sandbox runs per target")
+	sshRuns        = flag.Int("ssh-runs", 60, "runs of a fresh ssh connection (each is a full handshake)")
+	throughputRuns = flag.Int("throughput-runs", 3, "256 MiB transfers per target (the best is reported)")
+	idle           = flag.Int("idle-executors", 1000, "executors joined to one relay for the memory figure")
+	jsonOut        = flag.String("json", "", "also write the results as JSON to this file")
+	noInstall      = flag.Bool("no-install", false, "do not install missing peers")
+)
+
+// env0 is the environment of every measured command.
+var env0 = map[string]string{"PATH": "/usr/bin:/bin"}
+
+func main() {
+	flag.Parse()
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+}
+
+// bench holds the running targets.
+type bench struct {
+	dir     string
+	bin     string
+	key     identity.Key
+	servers []*peers.Server
+	urls    map[string]string // target → URL
+	relay   string
+	token   string
+	ssh     *sshPeer
+	skipped map[string]string // target → why
+	results []Result
+}
+
+func run() error {
+	dir, err := os.MkdirTemp("", "outpost-bench-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	b := &bench{dir: dir, urls: map[string]string{}, skipped: map[string]string{}}
+	defer b.stop()
+	if err := b.start(); err != nil {
+		return err
+	}
+	progress("start-to-exit")
+	b.startToExit()
+	progress("throughput")
+	b.throughput()
+	progress("concurrency")
+	b.concurrency()
+	progress("idle executors")
+	b.idleExecutors()
+	progress("sandbox overhead")
+	b.sandboxOverhead()
+	compare(b.results)
+	rep := Report{Machine: peers.Machine(), Date: time.Now().UTC(), Results: b.results}
+	writeMarkdown(os.Stdout, rep)
+	if *jsonOut != "" {
+		data, err := json.MarshalIndent(rep, "", "  ")
+		if err != nil {
+			return err
+		}
+		if err := os.WriteFile(*jsonOut, append(data, '\n'), 0o644); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func progress(what string) { fmt.Fprintf(os.Stderr, "bench: %s…\n", what) }
+
+// install makes sure the peers exist, installing what is missing.
+func (b *bench) install() {
+	if _, err := peers.CodexBinary(); err != nil && !*noInstall {
+		if root, err := peers.RepoRoot(); err == nil {
+			cmd := exec.Command("bash", filepath.Join(root, "scripts/install-codex.sh"))
+			cmd.Stderr = os.Stderr
+			if out, err := cmd.Output(); err == nil {
+				os.Setenv("OUTPOST_CODEX_BIN", strings.TrimSpace(string(out)))
+			}
+		}
+	}
+	var missing []string
+	if _, err := exec.LookPath("bwrap"); err != nil {
+		missing = append(missing, "bubblewrap")
+	}
+	if _, err := exec.LookPath("ssh"); err != nil {
+		missing = append(missing, "openssh-client")
+	}
+	if _, err := os.Stat("/usr/sbin/sshd"); err != nil {
+		missing = append(missing, "openssh-server")
+	}
+	if len(missing) > 0 && !*noInstall {
+		fmt.Fprintf(os.Stderr, "bench: installing %s\n", strings.Join(missing, " "))
+		install := exec.Command("apt-get", append([]string{"install", "-y", "--no-install-recommends"}, missing...)...)
+		install.Env = append(os.Environ(), "DEBIAN_FRONTEND=noninteractive")
+		if install.Run() != nil {
+			exec.Command("apt-get", "update").Run()
+			install = exec.Command("apt-get", append([]string{"install", "-y", "--no-install-recommends"}, missing...)...)
+			install.Env = append(os.Environ(), "DEBIAN_FRONTEND=noninteractive")
+			if out, err := install.CombinedOutput(); err != nil {
+				fmt.Fprintf(os.Stderr, "bench: apt-get install failed: %v\n%s", err, lastLines(out, 5))
+			}
+		}
+	}
+}
+
+func lastLines(b []byte, n int) string {
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n") + "\n"
+}
+
+func (b *bench) start() error {
+	b.install()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var err error
+	if b.key, err = identity.Generate(); err != nil {
+		return err
+	}
+	if b.bin, err = peers.BuildOutpost(b.dir); err != nil {
+		return err
+	}
+	add := func(s *peers.Server, err error) (*peers.Server, error) {
+		if err == nil {
+			b.servers = append(b.servers, s)
+		}
+		return s, err
+	}
+	s, err := add(peers.StartOutpost(ctx, b.bin))
+	if err != nil {
+		return err
+	}
+	b.urls["outpost-ws"] = s.URL
+	if s, err = add(peers.StartOutpostNative(ctx, b.bin, filepath.Join(b.dir, "native"))); err != nil {
+		return err
+	}
+	b.urls["outpost-direct"] = s.URL
+	rs, err := add(peers.StartRelay(ctx, b.bin, filepath.Join(b.dir, "relay")))
+	if err != nil {
+		return err
+	}
+	b.relay = rs.URL
+	joinTok, err := peers.Token(b.bin, filepath.Join(b.dir, "relay"), "--join")
+	if err != nil {
+		return err
+	}
+	if b.token, err = peers.Token(b.bin, filepath.Join(b.dir, "relay"), "--client"); err != nil {
+		return err
+	}
+	if _, err := add(peers.StartJoinedExecutor(ctx, b.bin, rs.URL, joinTok, "bench", filepath.Join(b.dir, "joined"))); err != nil {
+		return err
+	}
+	b.urls["outpost-relay"] = rs.URL
+	if codexBin, err := peers.CodexBinary(); err != nil {
+		b.skipped["codex"] = err.Error()
+	} else if s, err := add(peers.StartCodex(ctx, codexBin)); err != nil {
+		b.skipped["codex"] = err.Error()
+	} else {
+		b.urls["codex"] = s.URL
+	}
+	if b.ssh, err = startSSH(filepath.Join(b.dir, "ssh")); err != nil {
+		b.skipped["ssh"] = err.Error()
+		b.ssh = nil
+	}
+	if _, err := exec.LookPath("bwrap"); err != nil {
+		b.skipped["bwrap"] = "bubblewrap is not installed"
+	}
+	return nil
+}
+
+func (b *bench) stop() {
+	for _, s := range b.servers {
+		s.Stop()
+	}
+	if b.ssh != nil {
+		b.ssh.stop()
+	}
+}
+
+// connect opens a client to target.
+func (b *bench) connect(target string) (client.Environment, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if target == "outpost-local" {
+		return client.Local(ctx)
+	}
+	url := b.urls[target]
+	opts := client.Options{Key: b.key, NoResume: true, KnownExecutors: filepath.Join(b.dir, "known_executors")}
+	if target == "outpost-relay" {
+		opts.Executor, opts.Token = "bench", b.token
+	}
+	for {
+		env, err := client.Dial(ctx, url, opts)
+		if err == nil || ctx.Err() != nil {
+			return env, err
+		}
+		time.Sleep(20 * time.Millisecond) // the joined executor may still be joining
+	}
+}
+
+func (b *bench) add(r Result) { b.results = append(b.results, r) }
+
+func (b *bench) skip(metric, target, why string) {
+	b.add(Result{Metric: metric, Target: target, Skipped: why})
+}
+
+// timed runs f n times and records p50/p99.
+func (b *bench) timed(metric, target string, n int, f func() error) {
+	if err := f(); err != nil { // warm-up
+		b.skip(metric, target, err.Error())
+		return
+	}
+	d := make([]time.Duration, 0, n)
+	for range n {
+		t0 := time.Now()
+		if err := f(); err != nil {
+			b.skip(metric, target, err.Error())
+			return
+		}
+		d = append(d, time.Since(t0))
+	}
+	p50, p99 := percentiles(d)
+	b.add(Result{Metric: metric, Target: target, Runs: n, P50Ms: f64(p50), P99Ms: f64(p99)})
+}
+
+// startRemote runs argv on env to completion and returns the output size.
+func startRemote(env client.Environment, argv ...string) (int, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	p, err := env.Start(ctx, protocol.ExecParams{Argv: argv, Cwd: "file:///tmp", Env: env0})
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for ev := range p.Events() {
+		if ev.Kind == client.EventFailed {
+			return n, ev.Err
+		}
+		n += len(ev.Data)
+	}
+	return n, nil
+}
+
+const outpostTargets = "outpost-local outpost-direct outpost-ws outpost-relay codex"
+
+func (b *bench) startToExit() {
+	b.timed("start_to_exit", "local-limit", *runs, func() error { return exec.Command("/bin/true").Run() })
+	for _, target := range strings.Fields(outpostTargets) {
+		if why, ok := b.skipped[target]; ok {
+			b.skip("start_to_exit", target, why)
+			continue
+		}
+		env, err := b.connect(target)
+		if err != nil {
+			b.skip("start_to_exit", target, err.Error())
+			continue
+		}
+		b.timed("start_to_exit", target, *runs, func() error { _, err := startRemote(env, "/bin/true"); return err })
+		env.Close()
+	}
+	if b.ssh == nil {
+		b.skip("start_to_exit", "ssh", b.skipped["ssh"])
+		b.skip("start_to_exit", "ssh-controlmaster", b.skipped["ssh"])
+		return
+	}
+	b.timed("start_to_exit", "ssh", *sshRuns, func() error { return b.ssh.command(false, "true").Run() })
+	b.timed("start_to_exit", "ssh-controlmaster", *runs, func() error { return b.ssh.command(true, "true").Run() })
+}
+
+// rate runs f throughputRuns times and records the best MB/s.
+func (b *bench) rate(target string, f func() (int, error)) {
+	best := 0.0
+	for range *throughputRuns {
+		t0 := time.Now()
+		n, err := f()
+		if err == nil && n != throughputBytes {
+			err = fmt.Errorf("received %d bytes, want %d", n, throughputBytes)
+		}
+		if err != nil {
+			b.skip("throughput", target, err.Error())
+			return
+		}
+		best = max(best, float64(n)/time.Since(t0).Seconds()/1e6)
+	}
+	b.add(Result{Metric: "throughput", Target: target, Runs: *throughputRuns, MBps: f64(best)})
+}
+
+func (b *bench) throughput() {
+	argv := []string{"head", "-c", strconv.Itoa(throughputBytes), "/dev/zero"}
+	count := func(cmd *exec.Cmd) (int, error) {
+		out, err := cmd.StdoutPipe()
+		if err != nil {
+			return 0, err
+		}
+		if err := cmd.Start(); err != nil {
+			return 0, err
+		}
+		n, _ := io.CopyBuffer(io.Discard, out, make([]byte, 256<<10))
+		return int(n), cmd.Wait()
+	}
+	b.rate("local-limit", func() (int, error) { return count(exec.Command(argv[0], argv[1:]...)) })
+	for _, target := range strings.Fields("outpost-direct outpost-ws outpost-relay codex") {
+		if why, ok := b.skipped[target]; ok {
+			b.skip("throughput", target, why)
+			continue
+		}
+		env, err := b.connect(target)
+		if err != nil {
+			b.skip("throughput", target, err.Error())
+			continue
+		}
+		b.rate(target, func() (int, error) { return startRemote(env, argv...) })
+		env.Close()
+	}
+	if b.ssh == nil {
+		b.skip("throughput", "ssh", b.skipped["ssh"])
+		return
+	}
+	b.rate("ssh", func() (int, error) { return count(b.ssh.command(false, argv...)) })
+}
+
+func (b *bench) concurrency() {
+	const n = 1000
+	env, err := b.connect("outpost-relay")
+	if err != nil {
+		b.skip("concurrency", "outpost-relay", err.Error())
+		return
+	}
+	defer env.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	t0 := time.Now()
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	failed := 0
+	for range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			p, err := env.Start(ctx, protocol.ExecParams{Argv: []string{"sleep", "1"}, Env: env0})
+			if err == nil {
+				var res client.Result
+				if res, err = p.Wait(ctx); err == nil && res.ExitCode != 0 {
+					err = fmt.Errorf("exit %d", res.ExitCode)
+				}
+			}
+			if err != nil {
+				mu.Lock()
+				failed++
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	b.add(Result{Metric: "concurrency", Target: "outpost-relay", Runs: n, WallS: f64(time.Since(t0).Seconds()), Errors: &failed})
+}
+
+func (b *bench) idleExecutors() {
+	n := *idle
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	state := filepath.Join(b.dir, "idle-relay")
+	rs, err := peers.StartRelay(ctx, b.bin, state)
+	if err != nil {
+		b.skip("idle_executors", "outpost-relay", err.Error())
+		return
+	}
+	defer rs.Stop()
+	tok, err := peers.Token(b.bin, state, "--join")
+	if err != nil {
+		b.skip("idle_executors", "outpost-relay", err.Error())
+		return
+	}
+	before := rssKiB(rs.Pid())
+	srv, err := executor.NewServer(executor.DefaultConfig())
+	if err != nil {
+		b.skip("idle_executors", "outpost-relay", err.Error())
+		return
+	}
+	defer srv.Shutdown(context.Background())
+	jctx, stop := context.WithCancel(ctx)
+	defer stop()
+	joined := make(chan struct{}, n)
+	t0 := time.Now()
+	for i := range n {
+		k, err := identity.Generate()
+		if err != nil {
+			b.skip("idle_executors", "outpost-relay", err.Error())
+			return
+		}
+		go srv.Join(jctx, executor.JoinOptions{RelayURL: rs.URL, Key: k.Keypair(), ID: "idle-" + strconv.Itoa(i), Token: tok,
+			Joined: func() { joined <- struct{}{} }})
+	}
+	for i := range n {
+		select {
+		case <-joined:
+		case <-ctx.Done():
+			b.skip("idle_executors", "outpost-relay", fmt.Sprintf("%d of %d joined", i, n))
+			return
+		}
+	}
+	wall := time.Since(t0).Seconds()
+	after := rssKiB(rs.Pid())
+	b.add(Result{Metric: "idle_executors", Target: "outpost-relay", Runs: n, WallS: f64(wall), RSSPerExecutorKiB: f64(float64(after-before) / float64(n))})
+}
+
+// bwrapProfile is codex's bubblewrap profile for a sandboxed command.
+var bwrapProfile = []string{"--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--unshare-pid", "--unshare-net", "--die-with-parent"}
+
+func (b *bench) sandboxOverhead() {
+	const metric = "sandbox_overhead"
+	b.timed(metric, "local-limit", *runs, func() error { return exec.Command("/bin/true").Run() })
+	limit := b.results[len(b.results)-1]
+	engine := func(target string, policy any) *Result {
+		cfg := executor.DefaultConfig()
+		cfg.DefaultCwd = b.dir
+		srv, err := executor.NewServer(cfg)
+		if err != nil {
+			b.skip(metric, target, err.Error())
+			return nil
+		}
+		defer srv.Shutdown(context.Background())
+		sess, err := executor.NewSessionForTest(srv)
+		if err != nil {
+			b.skip(metric, target, err.Error())
+			return nil
+		}
+		i := 0
+		b.timed(metric, target, *runs, func() error {
+			i++
+			p, err := sess.StartProcess(context.Background(), protocol.ExecParams{ProcessID: "b" + strconv.Itoa(i), Argv: []string{"/bin/true"}, Env: map[string]string{}, Sandbox: policy})
+			if err != nil {
+				return err
+			}
+			<-p.Log().Closed()
+			return nil
+		})
+		return &b.results[len(b.results)-1]
+	}
+	base := engine("outpost-unsandboxed", nil)
+	if err := sandbox.Probe().Check(sandbox.Policy{Mode: sandbox.ModeWorkspaceWrite}); err != nil {
+		b.skip(metric, "outpost-sandbox", err.Error())
+	} else {
+		// The helper is the real outpost binary, as in production.
+		sandbox.SetHelperBinary(b.bin)
+		if r := engine("outpost-sandbox", map[string]any{"mode": "workspace-write"}); r != nil && r.P50Ms != nil && base != nil && base.P50Ms != nil {
+			r.OverheadMs = f64(*r.P50Ms - *base.P50Ms)
+		}
+	}
+	if why, ok := b.skipped["bwrap"]; ok {
+		b.skip(metric, "bwrap", why)
+		return
+	}
+	b.timed(metric, "bwrap", *runs, func() error { return exec.Command("bwrap", append(bwrapProfile, "/bin/true")...).Run() })
+	if r := &b.results[len(b.results)-1]; r.P50Ms != nil && limit.P50Ms != nil {
+		r.OverheadMs = f64(*r.P50Ms - *limit.P50Ms)
+	}
+}
+
+// rssKiB is a process's resident set.
+func rssKiB(pid int) int {
+	data, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	for _, line := range strings.Split(string(data), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			f := strings.Fields(v)
+			if len(f) > 0 {
+				n, _ := strconv.Atoi(f[0])
+				return n
+			}
+		}
+	}
+	return 0
+}

@@ -1,0 +1,147 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+	"time"
+)
+
+// Result is one measured row. The JSON names are the interface other tools
+// read (see the package comment); absent figures are omitted.
+type Result struct {
+	Metric string   `json:"metric"` // start_to_exit | throughput | concurrency | idle_executors | sandbox_overhead
+	Target string   `json:"target"` // local-limit | outpost-local | outpost-direct | outpost-ws | outpost-relay | codex | ssh | ssh-controlmaster | bwrap | ...
+	Runs   int      `json:"runs,omitempty"`
+	P50Ms  *float64 `json:"p50_ms,omitempty"`
+	P99Ms  *float64 `json:"p99_ms,omitempty"`
+	MBps   *float64 `json:"mbps,omitempty"`
+	// OverheadMs is sandbox_overhead's p50 over its unsandboxed base.
+	OverheadMs *float64 `json:"overhead_ms,omitempty"`
+	WallS      *float64 `json:"wall_s,omitempty"`
+	Errors     *int     `json:"errors,omitempty"`
+	// RSSPerExecutorKiB is the relay's resident memory per joined executor.
+	RSSPerExecutorKiB *float64 `json:"rss_per_executor_kib,omitempty"`
+	// VsLimit and VsBestPeer compare the headline figure (p50, MB/s or
+	// overhead) with the local limit and with the best peer (codex, ssh,
+	// bwrap): time / time, or rate / rate.
+	VsLimit    *float64 `json:"vs_limit,omitempty"`
+	VsBestPeer *float64 `json:"vs_best_peer,omitempty"`
+	// Skipped says why a row has no figures.
+	Skipped string `json:"skipped,omitempty"`
+}
+
+// Report is what --json writes.
+type Report struct {
+	Machine string    `json:"machine"`
+	Date    time.Time `json:"date"`
+	Results []Result  `json:"results"`
+}
+
+func f64(v float64) *float64 { return &v }
+
+// isPeer reports whether a target is something users would use instead.
+func isPeer(target string) bool {
+	return target == "codex" || strings.HasPrefix(target, "ssh") || target == "bwrap"
+}
+
+// headline is the figure a row is compared by, and whether higher is better.
+func headline(r Result) (v float64, higherBetter, ok bool) {
+	switch {
+	case r.Metric == "sandbox_overhead":
+		// Compared by what the sandbox adds; the bases have no overhead.
+		if r.OverheadMs != nil {
+			return *r.OverheadMs, false, true
+		}
+		return 0, false, false
+	case r.MBps != nil:
+		return *r.MBps, true, true
+	case r.P50Ms != nil:
+		return *r.P50Ms, false, true
+	}
+	return 0, false, false
+}
+
+// compare fills VsLimit and VsBestPeer within each metric.
+func compare(rs []Result) {
+	byMetric := map[string][]int{}
+	for i, r := range rs {
+		byMetric[r.Metric] = append(byMetric[r.Metric], i)
+	}
+	for _, idx := range byMetric {
+		var limit, best *float64
+		for _, i := range idx {
+			v, higher, ok := headline(rs[i])
+			if !ok {
+				continue
+			}
+			if rs[i].Target == "local-limit" {
+				limit = f64(v)
+			}
+			if isPeer(rs[i].Target) && (best == nil || (higher && v > *best) || (!higher && v < *best)) {
+				best = f64(v)
+			}
+		}
+		for _, i := range idx {
+			v, _, ok := headline(rs[i])
+			if !ok {
+				continue
+			}
+			if limit != nil && *limit > 0 && rs[i].Target != "local-limit" {
+				rs[i].VsLimit = f64(v / *limit)
+			}
+			if best != nil && *best > 0 && !isPeer(rs[i].Target) && rs[i].Target != "local-limit" {
+				rs[i].VsBestPeer = f64(v / *best)
+			}
+		}
+	}
+}
+
+// percentiles returns p50 and p99 in milliseconds.
+func percentiles(d []time.Duration) (p50, p99 float64) {
+	if len(d) == 0 {
+		return 0, 0
+	}
+	s := append([]time.Duration(nil), d...)
+	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+	at := func(q float64) float64 { return float64(s[int(q*float64(len(s)-1))]) / float64(time.Millisecond) }
+	return at(0.50), at(0.99)
+}
+
+// writeMarkdown prints the table.
+func writeMarkdown(w io.Writer, rep Report) {
+	fmt.Fprintf(w, "Machine: %s; %s\n\n", rep.Machine, rep.Date.Format("2006-01-02"))
+	fmt.Fprintln(w, "| metric | target | runs | p50 ms | p99 ms | MB/s | other | × limit | × best peer |")
+	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|")
+	num := func(p *float64, prec int) string {
+		if p == nil {
+			return ""
+		}
+		return fmt.Sprintf("%.*f", prec, *p)
+	}
+	for _, r := range rep.Results {
+		var other []string
+		if r.OverheadMs != nil {
+			other = append(other, fmt.Sprintf("overhead %+.2f ms", *r.OverheadMs))
+		}
+		if r.WallS != nil {
+			other = append(other, fmt.Sprintf("wall %.2f s", *r.WallS))
+		}
+		if r.Errors != nil {
+			other = append(other, fmt.Sprintf("%d errors", *r.Errors))
+		}
+		if r.RSSPerExecutorKiB != nil {
+			other = append(other, fmt.Sprintf("%.0f KiB per executor", *r.RSSPerExecutorKiB))
+		}
+		if r.Skipped != "" {
+			other = append(other, "skipped: "+r.Skipped)
+		}
+		runs := ""
+		if r.Runs > 0 {
+			runs = fmt.Sprint(r.Runs)
+		}
+		fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", r.Metric, r.Target, runs,
+			num(r.P50Ms, 2), num(r.P99Ms, 2), num(r.MBps, 0), strings.Join(other, "; "), num(r.VsLimit, 2), num(r.VsBestPeer, 2))
+	}
+}
