@@ -16,7 +16,7 @@ import (
 // keys, the way a user would run commands remotely without outpost.
 type sshPeer struct {
 	dir, port, user string
-	sshd             *exec.Cmd
+	sshd            *exec.Cmd
 }
 
 func startSSH(dir string) (*sshPeer, error) {
