@@ -3,6 +3,7 @@ package sandbox
 import (
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 )
@@ -199,5 +200,18 @@ func TestClassifyFlagsOnlyLikelySandboxDenials(t *testing.T) {
 		if got := r.Classify(c.code, c.signal, lines(c.out)); got != c.want {
 			t.Errorf("%s: %v, want %v", c.name, got, c.want)
 		}
+	}
+}
+
+// The helper is the running executable itself, pinned by /proc/self/exe:
+// a binary replaced on disk during an upgrade is not re-executed with a
+// policy an older build wrote.
+func TestHelperIsTheRunningExecutableNotItsPath(t *testing.T) {
+	p, err := self()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if runtime.GOOS == "linux" && p != "/proc/self/exe" {
+		t.Fatalf("helper path %q, want /proc/self/exe", p)
 	}
 }

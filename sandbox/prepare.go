@@ -101,12 +101,21 @@ var (
 	selfErr  error
 )
 
-// self is this executable, re-executed as the helper.
+// self is this executable, re-executed as the helper. On Linux it is
+// /proc/self/exe, which a child (between fork and exec) resolves to the
+// very file the executor runs: replacing the binary on disk during an
+// upgrade cannot hand a running executor's policy to a helper of another
+// build, which might read it differently.
 func self() (string, error) {
 	selfOnce.Do(func() {
 		selfPath, selfErr = os.Executable()
 		if selfErr == nil {
 			selfPath, selfErr = filepath.EvalSymlinks(selfPath)
+		}
+		if selfErr == nil && runtime.GOOS == "linux" {
+			if _, err := os.Stat("/proc/self/exe"); err == nil {
+				selfPath = "/proc/self/exe"
+			}
 		}
 	})
 	return selfPath, selfErr
