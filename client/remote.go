@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"math/rand/v2"
+	"os"
 	"sort"
 	"strconv"
 	"strings"
@@ -31,6 +33,18 @@ type Environment interface {
 	Info(ctx context.Context) (protocol.EnvironmentInfo, error)
 	// SessionID is the executor's id for this client's session.
 	SessionID() string
+	// Files is the executor's filesystem under a sandbox policy (nil: as
+	// the executor's user); the methods below are Files(nil)'s.
+	Files(sandbox any) *Files
+	ReadFile(ctx context.Context, name string) ([]byte, error)
+	WriteFile(ctx context.Context, name string, data []byte, perm os.FileMode) error
+	Open(ctx context.Context, name string) (*FileReader, error)
+	Create(ctx context.Context, name string, perm os.FileMode) (*FileWriter, error)
+	Stat(ctx context.Context, name string) (fs.FileInfo, error)
+	ReadDir(ctx context.Context, name string) ([]fs.DirEntry, error)
+	Remove(ctx context.Context, name string, recursive bool) error
+	MkdirAll(ctx context.Context, name string) error
+	Copy(ctx context.Context, src, dst string, recursive bool) error
 	// Close ends the connection; the executor keeps the session's
 	// processes for its detached TTL.
 	Close() error

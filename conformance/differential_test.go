@@ -339,6 +339,25 @@ func scenario(t *testing.T, url string) []observation {
 	}
 	see("output kept across resume", fmt.Sprintf("%q", got))
 
+	// Files: codex's fs/* methods, field for field.
+	fsDir := t.TempDir()
+	uri := func(name string) string { return "file://" + filepath.Join(fsDir, name) }
+	see("fs/writeFile", shape(w.call("fs/writeFile", map[string]any{"path": uri("a.txt"), "dataBase64": b64("hello fs")})))
+	see("fs/readFile", fmt.Sprint(w.call("fs/readFile", map[string]any{"path": uri("a.txt")})["result"]))
+	md, _ := w.call("fs/getMetadata", map[string]any{"path": uri("a.txt")})["result"].(map[string]any)
+	see("fs/getMetadata", fmt.Sprintf("file=%v dir=%v link=%v size=%v", md["isFile"], md["isDirectory"], md["isSymlink"], md["size"]))
+	see("fs/readFile missing", code(w.call("fs/readFile", map[string]any{"path": uri("missing")})))
+	see("fs/writeFile bad base64", code(w.call("fs/writeFile", map[string]any{"path": uri("b.txt"), "dataBase64": "%%%"})))
+	see("fs/createDirectory", shape(w.call("fs/createDirectory", map[string]any{"path": uri("d/e/f")})))
+	see("fs/copy", shape(w.call("fs/copy", map[string]any{"sourcePath": uri("a.txt"), "destinationPath": uri("d/copy.txt"), "recursive": false})))
+	see("fs/readDirectory", fmt.Sprint(w.call("fs/readDirectory", map[string]any{"path": uri("d")})["result"]))
+	see("fs/open", shape(w.call("fs/open", map[string]any{"handleId": "h1", "path": uri("a.txt")})))
+	see("fs/readBlock", fmt.Sprint(w.call("fs/readBlock", map[string]any{"handleId": "h1", "offset": 6, "len": 100})["result"]))
+	see("fs/close", shape(w.call("fs/close", map[string]any{"handleId": "h1"})))
+	see("fs/readBlock after close", code(w.call("fs/readBlock", map[string]any{"handleId": "h1", "offset": 0, "len": 1})))
+	see("fs/remove", shape(w.call("fs/remove", map[string]any{"path": uri("d")})))
+	see("fs/getMetadata removed", code(w.call("fs/getMetadata", map[string]any{"path": uri("d")})))
+
 	resp, err := http.Get("http" + strings.TrimPrefix(url, "ws") + "/readyz")
 	if err != nil {
 		t.Fatal(err)

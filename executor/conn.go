@@ -171,6 +171,37 @@ func init() {
 		protocol.MethodProcessResize:    {family: "exec", call: (*serverConn).processResize},
 		protocol.MethodEnvironmentInfo:  {family: "environment info", call: (*serverConn).environmentInfo},
 	}
+	// fs methods do disk I/O: they run beside the read loop (bounded by
+	// MaxConcurrentReads), so a large read does not stall other requests.
+	fsMethod := func(name string, call func(c *serverConn, m *transport.Message) (any, error)) {
+		methods[name] = method{family: "fs", longPoll: true, call: call}
+	}
+	fsMethod(protocol.MethodFsReadFile, fsCall((*Session).fsReadFile))
+	fsMethod(protocol.MethodFsWriteFile, fsCall((*Session).fsWriteFile))
+	fsMethod(protocol.MethodFsCreateDirectory, fsCall((*Session).fsCreateDirectory))
+	fsMethod(protocol.MethodFsGetMetadata, fsCall((*Session).fsGetMetadata))
+	fsMethod(protocol.MethodFsCanonicalize, fsCall((*Session).fsCanonicalize))
+	fsMethod(protocol.MethodFsReadDirectory, fsCall((*Session).fsReadDirectory))
+	fsMethod(protocol.MethodFsRemove, fsCall((*Session).fsRemove))
+	fsMethod(protocol.MethodFsCopy, fsCall((*Session).fsCopy))
+	fsMethod(protocol.MethodFsOpen, fsCall((*Session).fsOpen))
+	fsMethod(protocol.MethodFsReadBlock, fsCall((*Session).fsReadBlock))
+	fsMethod(protocol.MethodFsClose, fsCall((*Session).fsClose))
+	fsMethod(protocol.MethodFsCreate, fsCall((*Session).fsCreate))
+	fsMethod(protocol.MethodFsWriteBlock, fsCall((*Session).fsWriteBlock))
+	fsMethod(protocol.MethodFsHash, fsCall((*Session).fsHash))
+}
+
+// fsCall adapts a session fs method to the method table: decode the
+// params (required), call.
+func fsCall[P any](f func(*Session, P) (any, error)) func(c *serverConn, m *transport.Message) (any, error) {
+	return func(c *serverConn, m *transport.Message) (any, error) {
+		var p P
+		if err := decode(m, &p, true); err != nil {
+			return nil, err
+		}
+		return f(c.session, p)
+	}
 }
 
 func (c *serverConn) request(m *transport.Message) {
@@ -241,8 +272,12 @@ func decode(m *transport.Message, v any, required bool) error {
 	if err := m.Params.Decode(v); err != nil {
 		var b64 base64.CorruptInputError
 		if errors.As(err, &b64) {
-			// encoding/json does not name the field; chunk is the only
-			// binary field of any params.
+			// encoding/json does not name the field: name the binary
+			// fields a method has.
+			if m.Method == protocol.MethodFsWriteFile {
+				// codex's code and wording for this one.
+				return protocol.Errorf(protocol.CodeInvalidRequest, "fs/writeFile requires valid base64 dataBase64: %v", err)
+			}
 			return protocol.Errorf(protocol.CodeInvalidParams, "invalid params for %s: chunk is not valid base64: %v", m.Method, err)
 		}
 		return protocol.Errorf(protocol.CodeInvalidParams, "invalid params for %s: %v", m.Method, err)

@@ -67,6 +67,11 @@ type Config struct {
 	// PathMappings translate client path prefixes to executor ones
 	// (client /workspace → executor /srv/ws/42) for cwd and sandbox roots.
 	PathMappings []pathmap.Mapping
+	// MaxFileBytes bounds a whole-file fs/readFile or fs/writeFile (default
+	// 64 MiB); larger files go through fs/open or fs/create and blocks.
+	MaxFileBytes int64
+	// MaxFileHandles bounds a session's open fs handles (default 64).
+	MaxFileHandles int
 	// Metrics, if set, counts processes for Prometheus.
 	Metrics *Metrics
 	// TracerProvider, if set, records OpenTelemetry spans for handshakes
@@ -83,6 +88,8 @@ func DefaultConfig() Config {
 		Logger:                 zap.NewNop(),
 		MaxSessions:            1024,
 		MaxProcessesPerSession: 1024,
+		MaxFileBytes:           64 << 20,
+		MaxFileHandles:         64,
 		DetachedTTL:            5 * time.Minute,
 		ClosedRetention:        30 * time.Second,
 		MaxConcurrentReads:     32,
@@ -103,6 +110,10 @@ func (c Config) Validate() error {
 		return errors.New("executor: MaxSessions must be at least 1")
 	case c.MaxProcessesPerSession < 1:
 		return errors.New("executor: MaxProcessesPerSession must be at least 1")
+	case c.MaxFileBytes < 1:
+		return errors.New("executor: MaxFileBytes must be positive")
+	case c.MaxFileHandles < 1:
+		return errors.New("executor: MaxFileHandles must be at least 1")
 	case c.DetachedTTL <= 0:
 		return errors.New("executor: DetachedTTL must be positive")
 	case c.ClosedRetention <= 0:

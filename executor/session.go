@@ -23,6 +23,7 @@ type Session struct {
 
 	mu       sync.Mutex
 	procs    map[string]*procEntry
+	handles  map[string]*fsHandle // open fs/* handles, at most Config.MaxFileHandles
 	attached *attachment
 	expiry   *time.Timer
 	ended    bool
@@ -128,6 +129,7 @@ func (s *Session) end(onlyDetached bool) []Process {
 	}
 	clear(s.procs)
 	s.mu.Unlock()
+	s.closeFiles()
 	s.srv.remove(s)
 	return procs
 }

@@ -393,7 +393,7 @@ func TestWSUnknownMethodAndNotification(t *testing.T) {
 	r := dialRaw(t, ts.url, nil)
 	r.wantError(r.call("foo/bar", nil), protocol.CodeMethodNotFound, "foo/bar")
 	r.init()
-	r.wantError(r.call("fs/readFile", map[string]any{"path": "file:///etc/hostname"}), protocol.CodeMethodNotFound, "fs/readFile")
+	r.wantError(r.call("fs/nope", map[string]any{"path": "file:///etc/hostname"}), protocol.CodeMethodNotFound, "fs/nope")
 	r.send(map[string]any{"method": "foo/notify", "params": map[string]any{}})
 	m := r.recv()
 	if m["id"].(float64) != -1 {

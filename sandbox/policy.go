@@ -349,6 +349,54 @@ func (r Resolved) Access(path string) Access {
 	return best
 }
 
+// Allows reports whether the resolved policy lets a file operation read
+// (write false) or write path: reading needs any access but none; writing
+// needs write access outside every protected sub-path. path should have its
+// symlinks resolved (judge where a link leads, not where it sits).
+func (r Resolved) Allows(path string, write bool) bool {
+	a := r.Access(path)
+	if a == AccessNone {
+		return false
+	}
+	if !write {
+		return true
+	}
+	if a != AccessWrite {
+		return false
+	}
+	path = canonical(path)
+	for _, p := range r.Protected {
+		if within(canonical(p), path) {
+			return false
+		}
+	}
+	return true
+}
+
+// AllowsTree reports whether everything under path (an operation on a
+// whole tree: a recursive remove or copy) is as accessible as the
+// operation needs: no entry inside it grants less, and for a write no
+// protected sub-path lies inside it.
+func (r Resolved) AllowsTree(path string, write bool) bool {
+	path = canonical(path)
+	for _, e := range r.Entries {
+		if !within(path, canonical(e.Path)) {
+			continue
+		}
+		if e.Access == AccessNone || write && e.Access != AccessWrite {
+			return false
+		}
+	}
+	if write {
+		for _, p := range r.Protected {
+			if within(path, canonical(p)) {
+				return false
+			}
+		}
+	}
+	return true
+}
+
 // FullWrite reports whether the policy leaves the whole filesystem
 // writable (nothing to enforce on the filesystem).
 func (r Resolved) FullWrite() bool {

@@ -1,0 +1,179 @@
+package protocol
+
+// Remote files: codex's fs/* methods (names and fields as codex has them)
+// and outpost's additions for streamed writes and checksums. Paths are
+// file: URIs or absolute paths on the executor, through its prefix
+// mappings. Sandbox, when present, is the same policy object as
+// process/start's (plus an optional "cwd" for its :cwd symbol), and every
+// call honours it: a read-only policy cannot write, protected sub-paths
+// stay read-only, "none" paths cannot be read, and symlinks are judged by
+// where they lead.
+//
+// Errors: a missing path is CodeNotFound (-32004); a denied, invalid or
+// too large request CodeInvalidRequest (-32600); anything else
+// CodeInternal (-32603). Messages name the path.
+const (
+	MethodFsReadFile        = "fs/readFile"
+	MethodFsWriteFile       = "fs/writeFile"
+	MethodFsCreateDirectory = "fs/createDirectory"
+	MethodFsGetMetadata     = "fs/getMetadata"
+	MethodFsCanonicalize    = "fs/canonicalize"
+	MethodFsReadDirectory   = "fs/readDirectory"
+	MethodFsRemove          = "fs/remove"
+	MethodFsCopy            = "fs/copy"
+	MethodFsOpen            = "fs/open"
+	MethodFsReadBlock       = "fs/readBlock"
+	MethodFsClose           = "fs/close"
+
+	// MethodFsCreate opens a file for a streamed write (outpost addition):
+	// blocks go to a temporary file beside it, which fs/close moves into
+	// place atomically; a handle closed with the session is discarded.
+	MethodFsCreate = "fs/create"
+	// MethodFsWriteBlock writes one block at an offset of a created file
+	// (outpost addition).
+	MethodFsWriteBlock = "fs/writeBlock"
+	// MethodFsHash returns a file's sha256 and size (outpost addition),
+	// for end-to-end checks of a transfer.
+	MethodFsHash = "fs/hash"
+)
+
+// MaxHandleIDBytes bounds a client-chosen file handle id (codex: 32).
+const MaxHandleIDBytes = 32
+
+// FsPathParams name one path.
+type FsPathParams struct {
+	Path    string `json:"path" msgpack:"path"`
+	Sandbox any    `json:"sandbox,omitempty" msgpack:"sandbox,omitempty"`
+}
+
+// FsReadFileParams read a whole file.
+type FsReadFileParams struct {
+	Path    string `json:"path" msgpack:"path"`
+	Sandbox any    `json:"sandbox,omitempty" msgpack:"sandbox,omitempty"`
+	// MaxBytes lowers the executor's whole-file limit for this call.
+	MaxBytes *uint64 `json:"maxBytes,omitempty" msgpack:"maxBytes,omitempty"`
+}
+
+// FsReadFileResult carries the file.
+type FsReadFileResult struct {
+	Data []byte `json:"dataBase64" msgpack:"dataBase64"`
+}
+
+// FsWriteFileParams replace a whole file (atomically: a temporary file
+// beside it is renamed over it).
+type FsWriteFileParams struct {
+	Path    string `json:"path" msgpack:"path"`
+	Data    []byte `json:"dataBase64" msgpack:"dataBase64"`
+	Sandbox any    `json:"sandbox,omitempty" msgpack:"sandbox,omitempty"`
+	// Mode sets the permission bits (outpost addition; default 0644, or
+	// the existing file's).
+	Mode *uint32 `json:"mode,omitempty" msgpack:"mode,omitempty"`
+}
+
+// FsCreateDirectoryParams make a directory (and, by default, its parents).
+type FsCreateDirectoryParams struct {
+	Path      string `json:"path" msgpack:"path"`
+	Recursive *bool  `json:"recursive,omitempty" msgpack:"recursive,omitempty"`
+	Sandbox   any    `json:"sandbox,omitempty" msgpack:"sandbox,omitempty"`
+}
+
+// FsMetadata describes a path (without following a final symlink).
+type FsMetadata struct {
+	IsDirectory  bool   `json:"isDirectory" msgpack:"isDirectory"`
+	IsFile       bool   `json:"isFile" msgpack:"isFile"`
+	IsSymlink    bool   `json:"isSymlink" msgpack:"isSymlink"`
+	Size         uint64 `json:"size" msgpack:"size"`
+	CreatedAtMs  int64  `json:"createdAtMs" msgpack:"createdAtMs"`
+	ModifiedAtMs int64  `json:"modifiedAtMs" msgpack:"modifiedAtMs"`
+	// Mode is the permission bits (outpost addition).
+	Mode uint32 `json:"mode,omitempty" msgpack:"mode,omitempty"`
+}
+
+// FsCanonicalizeResult is the path with every symlink resolved.
+type FsCanonicalizeResult struct {
+	Path string `json:"path" msgpack:"path"`
+}
+
+// FsDirEntry is one entry of a directory.
+type FsDirEntry struct {
+	FileName    string `json:"fileName" msgpack:"fileName"`
+	IsDirectory bool   `json:"isDirectory" msgpack:"isDirectory"`
+	IsFile      bool   `json:"isFile" msgpack:"isFile"`
+	// IsSymlink (outpost addition).
+	IsSymlink bool `json:"isSymlink,omitempty" msgpack:"isSymlink,omitempty"`
+}
+
+// FsReadDirectoryResult lists a directory, sorted by name.
+type FsReadDirectoryResult struct {
+	Entries []FsDirEntry `json:"entries" msgpack:"entries"`
+}
+
+// FsRemoveParams remove a path (recursively and ignoring a missing path by
+// default, as codex).
+type FsRemoveParams struct {
+	Path      string `json:"path" msgpack:"path"`
+	Recursive *bool  `json:"recursive,omitempty" msgpack:"recursive,omitempty"`
+	Force     *bool  `json:"force,omitempty" msgpack:"force,omitempty"`
+	Sandbox   any    `json:"sandbox,omitempty" msgpack:"sandbox,omitempty"`
+}
+
+// FsCopyParams copy a file, or a directory tree with Recursive.
+type FsCopyParams struct {
+	SourcePath      string `json:"sourcePath" msgpack:"sourcePath"`
+	DestinationPath string `json:"destinationPath" msgpack:"destinationPath"`
+	Recursive       bool   `json:"recursive" msgpack:"recursive"`
+	Sandbox         any    `json:"sandbox,omitempty" msgpack:"sandbox,omitempty"`
+}
+
+// FsOpenParams open a file for streamed reading under a client-chosen id.
+type FsOpenParams struct {
+	HandleID string `json:"handleId" msgpack:"handleId"`
+	Path     string `json:"path" msgpack:"path"`
+	Sandbox  any    `json:"sandbox,omitempty" msgpack:"sandbox,omitempty"`
+}
+
+// FsCreateParams open a file for a streamed write (outpost addition).
+type FsCreateParams struct {
+	HandleID string  `json:"handleId" msgpack:"handleId"`
+	Path     string  `json:"path" msgpack:"path"`
+	Mode     *uint32 `json:"mode,omitempty" msgpack:"mode,omitempty"`
+	Sandbox  any     `json:"sandbox,omitempty" msgpack:"sandbox,omitempty"`
+}
+
+// FsHandleResult names an open handle.
+type FsHandleResult struct {
+	HandleID string `json:"handleId" msgpack:"handleId"`
+}
+
+// FsReadBlockParams read up to Len bytes at Offset.
+type FsReadBlockParams struct {
+	HandleID string `json:"handleId" msgpack:"handleId"`
+	Offset   uint64 `json:"offset" msgpack:"offset"`
+	Len      uint64 `json:"len" msgpack:"len"`
+}
+
+// FsReadBlockResult is one block; EOF says the file ends with it.
+type FsReadBlockResult struct {
+	Chunk []byte `json:"chunk" msgpack:"chunk"`
+	EOF   bool   `json:"eof" msgpack:"eof"`
+}
+
+// FsWriteBlockParams write Chunk at Offset (outpost addition).
+type FsWriteBlockParams struct {
+	HandleID string `json:"handleId" msgpack:"handleId"`
+	Offset   uint64 `json:"offset" msgpack:"offset"`
+	Chunk    []byte `json:"chunk" msgpack:"chunk"`
+}
+
+// FsCloseParams close a handle; a created file is moved into place, or
+// with Discard (outpost addition) dropped.
+type FsCloseParams struct {
+	HandleID string `json:"handleId" msgpack:"handleId"`
+	Discard  bool   `json:"discard,omitempty" msgpack:"discard,omitempty"`
+}
+
+// FsHashResult is a file's digest (outpost addition).
+type FsHashResult struct {
+	Sha256 string `json:"sha256" msgpack:"sha256"`
+	Size   uint64 `json:"size" msgpack:"size"`
+}
