@@ -12,6 +12,9 @@
 //     through the relay (wall time, errors).
 //   - idle_executors: 1,000 executors joined to one relay process (the
 //     relay's memory per executor).
+//   - copy: a 1 GiB file uploaded with `outpost cp` (sha256-checked end to
+//     end) through the relay and direct, with scp to the same sshd, and
+//     with a local cp (the limit).
 //   - sandbox_overhead: /bin/true under outpost's sandbox against the same
 //     engine unsandboxed, and bubblewrap with codex's profile against a
 //     plain fork/exec.
@@ -101,6 +104,8 @@ func run() error {
 	b.idleExecutors()
 	progress("sandbox overhead")
 	b.sandboxOverhead()
+	progress("file copy")
+	b.copyFile()
 	compare(b.results)
 	rep := Report{Machine: peers.Machine(), Date: time.Now().UTC(), Results: b.results}
 	writeMarkdown(os.Stdout, rep)
@@ -508,6 +513,58 @@ func (b *bench) sandboxOverhead() {
 	if r := &b.results[len(b.results)-1]; r.P50Ms != nil && limit.P50Ms != nil {
 		r.OverheadMs = f64(*r.P50Ms - *limit.P50Ms)
 	}
+}
+
+// copyFile uploads a 1 GiB file with outpost cp through the relay and
+// with scp, best of two each.
+func (b *bench) copyFile() {
+	const size = 1 << 30
+	src := filepath.Join(b.dir, "copy-src.bin")
+	f, err := os.Create(src)
+	if err != nil {
+		b.skip("copy", "outpost-relay", err.Error())
+		return
+	}
+	buf := make([]byte, 1<<20)
+	for i := 0; i < size; i += len(buf) {
+		for j := range buf {
+			buf[j] = byte(i>>20 + j*31)
+		}
+		f.Write(buf)
+	}
+	f.Close()
+	defer os.Remove(src)
+	dst := filepath.Join(b.dir, "copy-dst")
+	os.MkdirAll(dst, 0o755)
+	timeCopy := func(target string, cmd func() *exec.Cmd) {
+		best := 0.0
+		for range 2 {
+			c := cmd()
+			t0 := time.Now()
+			if out, err := c.CombinedOutput(); err != nil {
+				b.skip("copy", target, fmt.Sprintf("%v: %s", err, lastLines(out, 2)))
+				return
+			}
+			best = max(best, size/time.Since(t0).Seconds()/1e6)
+		}
+		b.add(Result{Metric: "copy", Target: target, Runs: 2, MBps: f64(best)})
+	}
+	timeCopy("local-limit", func() *exec.Cmd { return exec.Command("cp", src, filepath.Join(dst, "local.bin")) })
+	timeCopy("outpost-relay", func() *exec.Cmd {
+		c := exec.Command(b.bin, "cp", "-q", "--relay", b.relay, "--token", b.token, src, "bench:"+filepath.Join(dst, "outpost.bin"))
+		c.Env = append(os.Environ(), "XDG_CONFIG_HOME="+filepath.Join(b.dir, "cfg"))
+		return c
+	})
+	timeCopy("outpost-direct", func() *exec.Cmd {
+		c := exec.Command(b.bin, "cp", "-q", "--target", b.urls["outpost-direct"], src, ":"+filepath.Join(dst, "direct.bin"))
+		c.Env = append(os.Environ(), "XDG_CONFIG_HOME="+filepath.Join(b.dir, "cfg"))
+		return c
+	})
+	if b.ssh == nil {
+		b.skip("copy", "scp", b.skipped["ssh"])
+		return
+	}
+	timeCopy("scp", func() *exec.Cmd { return b.ssh.scp(src, filepath.Join(dst, "scp.bin")) })
 }
 
 // rssKiB is a process's resident set.

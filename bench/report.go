@@ -11,7 +11,7 @@ import (
 // Result is one measured row. The JSON names are the interface other tools
 // read (see the package comment); absent figures are omitted.
 type Result struct {
-	Metric string   `json:"metric"` // start_to_exit | throughput | concurrency | idle_executors | sandbox_overhead
+	Metric string   `json:"metric"` // start_to_exit | throughput | concurrency | idle_executors | sandbox_overhead | copy
 	Target string   `json:"target"` // local-limit | outpost-local | outpost-direct | outpost-ws | outpost-relay | codex | ssh | ssh-controlmaster | bwrap | ...
 	Runs   int      `json:"runs,omitempty"`
 	P50Ms  *float64 `json:"p50_ms,omitempty"`
@@ -43,7 +43,7 @@ func f64(v float64) *float64 { return &v }
 
 // isPeer reports whether a target is something users would use instead.
 func isPeer(target string) bool {
-	return target == "codex" || strings.HasPrefix(target, "ssh") || target == "bwrap"
+	return target == "codex" || strings.HasPrefix(target, "ssh") || target == "scp" || target == "bwrap"
 }
 
 // headline is the figure a row is compared by, and whether higher is better.

@@ -65,6 +65,7 @@ func startSSH(dir string) (*sshPeer, error) {
 		"MaxSessions 100",
 		"MaxStartups 100",
 		"LogLevel ERROR",
+		"Subsystem sftp internal-sftp", // scp speaks SFTP since OpenSSH 9
 	}, "\n") + "\n"
 	if err := os.WriteFile(filepath.Join(dir, "sshd_config"), []byte(cfg), 0o600); err != nil {
 		return nil, err
@@ -96,6 +97,13 @@ func (s *sshPeer) command(master bool, remote ...string) *exec.Cmd {
 	}
 	args = append(args, s.user+"@127.0.0.1", "--")
 	return exec.Command("ssh", append(args, remote...)...)
+}
+
+// scp copies a local file to path on the peer (aes128-gcm, like ssh).
+func (s *sshPeer) scp(local, remote string) *exec.Cmd {
+	return exec.Command("scp", "-q", "-F", "/dev/null", "-i", filepath.Join(s.dir, "client"), "-P", s.port,
+		"-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null", "-o", "BatchMode=yes", "-o", "LogLevel=ERROR",
+		"-c", "aes128-gcm@openssh.com", local, s.user+"@127.0.0.1:"+remote)
 }
 
 func (s *sshPeer) stop() {

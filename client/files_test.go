@@ -73,6 +73,10 @@ func TestFilesRoundTripWholeAndStreamed(t *testing.T) {
 	if err := w.Close(); err != nil {
 		t.Fatal(err)
 	}
+	sum := sha256.Sum256(data)
+	if h, n, ok := w.Sum(); !ok || h != hex.EncodeToString(sum[:]) || n != int64(len(data)) {
+		t.Fatalf("the executor's running digest: %s %d %v", h, n, ok)
+	}
 	r, err := env.Open(ctx, big)
 	if err != nil {
 		t.Fatal(err)
@@ -82,7 +86,9 @@ func TestFilesRoundTripWholeAndStreamed(t *testing.T) {
 	if err != nil || !bytes.Equal(got, data) {
 		t.Fatalf("read back %d bytes (want %d): %v", len(got), len(data), err)
 	}
-	sum := sha256.Sum256(data)
+	if h, _, ok := r.Sum(); !ok || h != hex.EncodeToString(sum[:]) {
+		t.Fatalf("the executor's digest of the read: %s %v", h, ok)
+	}
 	if h, n, err := env.Files(nil).Hash(ctx, big); err != nil || h != hex.EncodeToString(sum[:]) || n != int64(len(data)) {
 		t.Fatalf("hash %s %d %v", h, n, err)
 	}

@@ -172,6 +172,13 @@ type FsCloseParams struct {
 	Discard  bool   `json:"discard,omitempty" msgpack:"discard,omitempty"`
 }
 
+// FsCloseResult: codex returns {}; outpost adds the file's digest when the
+// whole file passed through the handle in order (its blocks were hashed on
+// the way), sparing a second pass for an end-to-end check.
+type FsCloseResult struct {
+	Digest *FsHashResult `json:"digest,omitempty" msgpack:"digest,omitempty"`
+}
+
 // FsHashResult is a file's digest (outpost addition).
 type FsHashResult struct {
 	Sha256 string `json:"sha256" msgpack:"sha256"`

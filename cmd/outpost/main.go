@@ -34,6 +34,7 @@ const usage = `outpost runs commands on remote machines through an end-to-end en
 Usage:
   outpost demo                       run a command through an in-process executor on loopback
   outpost exec [flags] -- CMD ARGS   run a command on an executor (or this machine) and exit with its status
+  outpost cp [-r] SRC DST            copy files to or from an executor (EXECUTOR:PATH or :PATH), checked with sha256
   outpost executor serve [flags]     serve processes (--listen tcp://HOST:PORT | unix:///path | ws://IP:PORT | stdio)
   outpost executor doctor            print what this machine's sandbox can enforce
   outpost executor join [flags]      join a relay (--relay URL --token T --id NAME) and serve its clients
@@ -74,6 +75,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return cmdDemo(args[1:], stdout, stderr)
 	case "exec":
 		return cmdExec(args[1:], stdout, stderr)
+	case "cp":
+		return cmdCp(args[1:], stdout, stderr)
 	case "relay":
 		if len(args) < 2 || args[1] != "serve" {
 			fmt.Fprint(stderr, "usage: outpost relay serve [flags]\n")
@@ -157,6 +160,8 @@ func executorLimitFlags(fs *flag.FlagSet) (*executor.Config, *executor.LocalBack
 	fs.Int64Var(&backend.Retention.MaxBytes, "retention-bytes", backend.Retention.MaxBytes, "output retained per process, bytes")
 	fs.IntVar(&backend.Retention.MaxChunks, "retention-chunks", backend.Retention.MaxChunks, "output retained per process, chunks")
 	fs.DurationVar(&backend.TerminateGrace, "terminate-grace", backend.TerminateGrace, "wait between TERM and KILL on terminate")
+	fs.Int64Var(&cfg.MaxFileBytes, "max-file-bytes", cfg.MaxFileBytes, "largest whole-file fs/readFile or fs/writeFile (larger files stream)")
+	fs.IntVar(&cfg.MaxFileHandles, "max-file-handles", cfg.MaxFileHandles, "open fs handles per session")
 	return cfg, backend
 }
 

@@ -574,3 +574,75 @@ func TestExecAndExecutorExportSpansOfOneTraceOverOTLP(t *testing.T) {
 		t.Fatalf("spans of trace %s from exec and executor: %v (%d exports)", traceID, found, len(bodies))
 	}
 }
+
+func TestCpCopiesFilesAndTreesBothWaysCheckingDigests(t *testing.T) {
+	url, _ := startServe(t, "--listen", "tcp://127.0.0.1:0", "--state-dir", t.TempDir())
+	dir := t.TempDir()
+	cfgHome := filepath.Join(dir, "cfg")
+	cp := func(args ...string) (string, error) {
+		cmd := exec.Command(outpostBin, append([]string{"cp", "--target", url}, args...)...)
+		cmd.Env = append(os.Environ(), "XDG_CONFIG_HOME="+cfgHome)
+		out, err := cmd.CombinedOutput()
+		return string(out), err
+	}
+	// A tree with an executable, a nested file and a 3 MiB blob.
+	src := filepath.Join(dir, "src")
+	os.MkdirAll(filepath.Join(src, "nested"), 0o755)
+	os.WriteFile(filepath.Join(src, "run.sh"), []byte("#!/bin/sh\necho hi\n"), 0o755)
+	os.WriteFile(filepath.Join(src, "nested", "note"), []byte("note"), 0o600)
+	blob := make([]byte, 3<<20+7)
+	for i := range blob {
+		blob[i] = byte(i * 7)
+	}
+	os.WriteFile(filepath.Join(src, "blob"), blob, 0o644)
+
+	remote := filepath.Join(dir, "remote")
+	os.MkdirAll(remote, 0o755)
+	if out, err := cp(filepath.Join(src, "blob"), ":"+remote+"/"); err != nil {
+		t.Fatalf("upload a file: %v\n%s", err, out)
+	}
+	if b, _ := os.ReadFile(filepath.Join(remote, "blob")); !bytes.Equal(b, blob) {
+		t.Fatal("uploaded file differs")
+	}
+	if out, err := cp(src, ":"+remote); err == nil || !strings.Contains(out, "is a directory (use -r)") {
+		t.Fatalf("a directory without -r: %v %s", err, out)
+	}
+	if out, err := cp("-r", src, ":"+filepath.Join(remote, "tree")); err != nil {
+		t.Fatalf("upload a tree: %v\n%s", err, out)
+	}
+	back := filepath.Join(dir, "back")
+	if out, err := cp("-r", ":"+filepath.Join(remote, "tree"), back); err != nil {
+		t.Fatalf("download a tree: %v\n%s", err, out)
+	}
+	for name, want := range map[string]os.FileMode{"run.sh": 0o755, "nested/note": 0o600, "blob": 0o644} {
+		a, _ := os.ReadFile(filepath.Join(src, name))
+		b, err := os.ReadFile(filepath.Join(back, name))
+		fi, _ := os.Stat(filepath.Join(back, name))
+		if err != nil || !bytes.Equal(a, b) || fi.Mode().Perm() != want {
+			t.Fatalf("%s came back as %d bytes, mode %v (%v)", name, len(b), fi.Mode(), err)
+		}
+	}
+	if out, err := cp(":"+filepath.Join(remote, "missing"), back); err == nil || !strings.Contains(out, "missing") {
+		t.Fatalf("a missing remote file: %v %s", err, out)
+	}
+	if out, err := cp("--sandbox", "read-only", filepath.Join(src, "blob"), ":"+filepath.Join(remote, "denied")); err == nil || !strings.Contains(out, "access denied") {
+		t.Fatalf("an upload under read-only: %v %s", err, out)
+	}
+	if _, err := os.Stat(filepath.Join(remote, "denied")); err == nil {
+		t.Fatal("read-only upload wrote the file")
+	}
+}
+
+func TestCpOperandSyntax(t *testing.T) {
+	for in, want := range map[string]cpOperand{
+		"build-1:/srv/x": {remote: true, executor: "build-1", path: "/srv/x"},
+		":/srv/x":        {remote: true, path: "/srv/x"},
+		"/local/a:b":     {path: "/local/a:b"},
+		"./x:y":          {path: "./x:y"},
+		"plain":          {path: "plain"},
+	} {
+		if got := parseOperand(in); got != want {
+			t.Errorf("%q: %+v, want %+v", in, got, want)
+		}
+	}
+}
