@@ -322,3 +322,24 @@ func TestFilesFSPassesFstest(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+func TestFilesWorkspaceWriteModeKeepsGitReadOnly(t *testing.T) {
+	env := localFiles(t, nil)
+	ctx := ctxT(t)
+	ws := t.TempDir()
+	os.MkdirAll(filepath.Join(ws, ".git"), 0o755)
+	os.WriteFile(filepath.Join(ws, ".git", "HEAD"), []byte("ref: refs/heads/main\n"), 0o644)
+	f := env.Files(map[string]any{"mode": "workspace-write", "cwd": ws})
+	if err := f.WriteFile(ctx, filepath.Join(ws, "main.go"), []byte("package main\n"), 0o644); err != nil {
+		t.Fatalf("a write in the workspace: %v", err)
+	}
+	if err := f.WriteFile(ctx, filepath.Join(ws, ".git", "HEAD"), []byte("x"), 0o644); !errors.Is(err, fs.ErrPermission) {
+		t.Fatalf(".git/HEAD: %v", err)
+	}
+	if err := f.Remove(ctx, filepath.Join(ws, ".git"), true); !errors.Is(err, fs.ErrPermission) {
+		t.Fatalf("remove .git: %v", err)
+	}
+	if b, _ := os.ReadFile(filepath.Join(ws, ".git", "HEAD")); string(b) != "ref: refs/heads/main\n" {
+		t.Fatalf(".git/HEAD is now %q", b)
+	}
+}

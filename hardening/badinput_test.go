@@ -8,9 +8,11 @@ import (
 	"encoding/json"
 	"math/rand/v2"
 	"net"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -113,6 +115,7 @@ func TestBadInputLeavesDaemonsServingAndLeakFree(t *testing.T) {
 		{"huge argv and env", hugeArgvAndEnv},
 		{"stream floods", streamFloods},
 		{"connection floods", connectionFloods},
+		{"hostile file requests", hostileFileRequests},
 		{"vanishing clients", vanishingClients},
 	}
 	for _, c := range cases {
@@ -451,6 +454,66 @@ func connectionFloods(t *testing.T, f *fleet) {
 	}
 	wg.Wait()
 }
+
+func hostileFileRequests(t *testing.T, f *fleet) {
+	env := dialClient(t, f.tcp.url, client.Options{NoResume: true})
+	ctx := ctxT(t, 20*time.Second)
+	dir := t.TempDir()
+	fifo := filepath.Join(dir, "fifo")
+	if err := syscall.Mkfifo(fifo, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for name, err := range map[string]error{
+		"NUL in a path":     errOf(env.ReadFile(ctx, "/tmp\x00/etc/passwd")),
+		"a relative path":   errOf(env.ReadFile(ctx, "etc/passwd")),
+		"a Windows path":    errOf(env.ReadFile(ctx, `C:\Windows\win.ini`)),
+		"a device":          errOf(env.ReadFile(ctx, "/dev/zero")),
+		"a FIFO (no hang)":  errOf(env.ReadFile(ctx, fifo)),
+		"a directory":       errOf(env.ReadFile(ctx, dir)),
+		"remove /":          env.Remove(ctx, "/", true),
+		"copy into itself":  env.Copy(ctx, dir, filepath.Join(dir, "sub"), true),
+		"an invalid policy": env.Files(map[string]any{"mode": "anything-goes"}).WriteFile(ctx, filepath.Join(dir, "x"), nil, 0o644),
+	} {
+		if err == nil {
+			t.Errorf("%s: accepted", name)
+		} else {
+			t.Logf("%s: %v", name, err)
+		}
+	}
+	// Raw requests the client would never send.
+	st := openStream(t, noiseSession(t, f.tcp.url, executor.NativePurpose))
+	mc := transport.NewMsgpackConn(st, 0)
+	call := func(method string, params any) *transport.Message {
+		mc.WriteRequest(ctx, transport.IntID(1), method, params)
+		return readReply(t, st)
+	}
+	if m := call("initialize", map[string]any{"clientName": "hostile"}); m.Error != nil {
+		t.Fatal(m.Error)
+	}
+	mc.WriteNotification(ctx, "initialized", map[string]any{})
+	for name, m := range map[string]*transport.Message{
+		"a 100-byte handle id": call(protocol.MethodFsOpen, map[string]any{"handleId": strings.Repeat("h", 100), "path": fifo}),
+		"an unknown handle":    call(protocol.MethodFsReadBlock, map[string]any{"handleId": "nope", "offset": 0, "len": 1 << 40}),
+		"a block too large":    call(protocol.MethodFsWriteBlock, map[string]any{"handleId": "nope", "offset": 0, "chunk": make([]byte, 5<<20)}),
+		"no params":            call(protocol.MethodFsReadFile, nil),
+	} {
+		if m.Error == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+	// A huge block length is clamped, not allocated.
+	os.WriteFile(filepath.Join(dir, "small"), []byte("abc"), 0o644)
+	if m := call(protocol.MethodFsOpen, map[string]any{"handleId": "h", "path": filepath.Join(dir, "small")}); m.Error != nil {
+		t.Fatal(m.Error)
+	}
+	var res protocol.FsReadBlockResult
+	m := call(protocol.MethodFsReadBlock, map[string]any{"handleId": "h", "offset": 0, "len": uint64(1) << 62})
+	if m.Error != nil || m.Result.Decode(&res) != nil || string(res.Chunk) != "abc" || !res.EOF {
+		t.Fatalf("huge len: %+v %q", m, res.Chunk)
+	}
+}
+
+func errOf[T any](_ T, err error) error { return err }
 
 func vanishingClients(t *testing.T, f *fleet) {
 	// Clients that start long-running work and vanish without a word: the
