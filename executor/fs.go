@@ -168,6 +168,19 @@ func (s *Session) fsRequest(method string, rawPolicy any) (*fsReq, error) {
 	return r, nil
 }
 
+// fsBegin starts a one-path fs call: its policy and its native path.
+func (s *Session) fsBegin(method string, policy any, path string) (*fsReq, string, error) {
+	r, err := s.fsRequest(method, policy)
+	if err != nil {
+		return nil, "", err
+	}
+	n, err := r.native("path", path)
+	if err != nil {
+		return nil, "", err
+	}
+	return r, n, nil
+}
+
 // native turns a request path into a clean absolute path on this machine.
 func (r *fsReq) native(field, p string) (string, error) {
 	if p == "" {
@@ -356,11 +369,7 @@ func (r *fsReq) createTemp(shown, p string, mode *uint32) (*fsHandle, error) {
 // --- methods ------------------------------------------------------------
 
 func (s *Session) fsReadFile(p protocol.FsReadFileParams) (any, error) {
-	r, err := s.fsRequest(protocol.MethodFsReadFile, p.Sandbox)
-	if err != nil {
-		return nil, err
-	}
-	n, err := r.native("path", p.Path)
+	r, n, err := s.fsBegin(protocol.MethodFsReadFile, p.Sandbox, p.Path)
 	if err != nil {
 		return nil, err
 	}
@@ -387,11 +396,7 @@ func (s *Session) fsReadFile(p protocol.FsReadFileParams) (any, error) {
 }
 
 func (s *Session) fsWriteFile(p protocol.FsWriteFileParams) (any, error) {
-	r, err := s.fsRequest(protocol.MethodFsWriteFile, p.Sandbox)
-	if err != nil {
-		return nil, err
-	}
-	n, err := r.native("path", p.Path)
+	r, n, err := s.fsBegin(protocol.MethodFsWriteFile, p.Sandbox, p.Path)
 	if err != nil {
 		return nil, err
 	}
@@ -413,11 +418,7 @@ func (s *Session) fsWriteFile(p protocol.FsWriteFileParams) (any, error) {
 }
 
 func (s *Session) fsCreateDirectory(p protocol.FsCreateDirectoryParams) (any, error) {
-	r, err := s.fsRequest(protocol.MethodFsCreateDirectory, p.Sandbox)
-	if err != nil {
-		return nil, err
-	}
-	n, err := r.native("path", p.Path)
+	r, n, err := s.fsBegin(protocol.MethodFsCreateDirectory, p.Sandbox, p.Path)
 	if err != nil {
 		return nil, err
 	}
@@ -439,11 +440,7 @@ func (s *Session) fsCreateDirectory(p protocol.FsCreateDirectoryParams) (any, er
 }
 
 func (s *Session) fsGetMetadata(p protocol.FsPathParams) (any, error) {
-	r, err := s.fsRequest(protocol.MethodFsGetMetadata, p.Sandbox)
-	if err != nil {
-		return nil, err
-	}
-	n, err := r.native("path", p.Path)
+	r, n, err := s.fsBegin(protocol.MethodFsGetMetadata, p.Sandbox, p.Path)
 	if err != nil {
 		return nil, err
 	}
@@ -470,11 +467,7 @@ func (s *Session) fsGetMetadata(p protocol.FsPathParams) (any, error) {
 }
 
 func (s *Session) fsCanonicalize(p protocol.FsPathParams) (any, error) {
-	r, err := s.fsRequest(protocol.MethodFsCanonicalize, p.Sandbox)
-	if err != nil {
-		return nil, err
-	}
-	n, err := r.native("path", p.Path)
+	r, n, err := s.fsBegin(protocol.MethodFsCanonicalize, p.Sandbox, p.Path)
 	if err != nil {
 		return nil, err
 	}
@@ -489,11 +482,7 @@ func (s *Session) fsCanonicalize(p protocol.FsPathParams) (any, error) {
 }
 
 func (s *Session) fsReadDirectory(p protocol.FsPathParams) (any, error) {
-	r, err := s.fsRequest(protocol.MethodFsReadDirectory, p.Sandbox)
-	if err != nil {
-		return nil, err
-	}
-	n, err := r.native("path", p.Path)
+	r, n, err := s.fsBegin(protocol.MethodFsReadDirectory, p.Sandbox, p.Path)
 	if err != nil {
 		return nil, err
 	}
@@ -525,11 +514,7 @@ func (s *Session) fsReadDirectory(p protocol.FsPathParams) (any, error) {
 }
 
 func (s *Session) fsRemove(p protocol.FsRemoveParams) (any, error) {
-	r, err := s.fsRequest(protocol.MethodFsRemove, p.Sandbox)
-	if err != nil {
-		return nil, err
-	}
-	n, err := r.native("path", p.Path)
+	r, n, err := s.fsBegin(protocol.MethodFsRemove, p.Sandbox, p.Path)
 	if err != nil {
 		return nil, err
 	}
@@ -666,11 +651,7 @@ func (r *fsReq) fsErrorOrNil(shown string, err error) error {
 }
 
 func (s *Session) fsHash(p protocol.FsPathParams) (any, error) {
-	r, err := s.fsRequest(protocol.MethodFsHash, p.Sandbox)
-	if err != nil {
-		return nil, err
-	}
-	n, err := r.native("path", p.Path)
+	r, n, err := s.fsBegin(protocol.MethodFsHash, p.Sandbox, p.Path)
 	if err != nil {
 		return nil, err
 	}
@@ -728,11 +709,7 @@ func (s *Session) fsOpen(p protocol.FsOpenParams) (any, error) {
 	if err := validHandleID(protocol.MethodFsOpen, p.HandleID); err != nil {
 		return nil, err
 	}
-	r, err := s.fsRequest(protocol.MethodFsOpen, p.Sandbox)
-	if err != nil {
-		return nil, err
-	}
-	n, err := r.native("path", p.Path)
+	r, n, err := s.fsBegin(protocol.MethodFsOpen, p.Sandbox, p.Path)
 	if err != nil {
 		return nil, err
 	}
@@ -751,11 +728,7 @@ func (s *Session) fsCreate(p protocol.FsCreateParams) (any, error) {
 	if err := validHandleID(protocol.MethodFsCreate, p.HandleID); err != nil {
 		return nil, err
 	}
-	r, err := s.fsRequest(protocol.MethodFsCreate, p.Sandbox)
-	if err != nil {
-		return nil, err
-	}
-	n, err := r.native("path", p.Path)
+	r, n, err := s.fsBegin(protocol.MethodFsCreate, p.Sandbox, p.Path)
 	if err != nil {
 		return nil, err
 	}
