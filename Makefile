@@ -5,8 +5,11 @@ GO ?= go
 
 all: build
 
+# outpost, and beside it the dedicated sandbox helper it picks up (faster
+# sandboxed starts than re-executing outpost).
 build:
 	$(GO) build -o bin/outpost ./cmd/outpost
+	$(GO) build -o bin/outpost-sandbox ./cmd/outpost-sandbox
 
 # The README's test command: formatting, vet, and every unit test under
 # the race detector.

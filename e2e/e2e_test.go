@@ -52,10 +52,13 @@ func buildImage(t *testing.T, root string) {
 		os.MkdirAll(filepath.Join(rootfs, d), 0o755)
 	}
 	os.Chmod(filepath.Join(rootfs, "tmp"), 0o1777)
-	build := exec.Command("go", "build", "-o", filepath.Join(rootfs, "usr/bin/outpost"), "./cmd/outpost")
-	build.Dir, build.Env = root, append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
+	// outpost and, beside it, the dedicated sandbox helper it picks up.
+	for bin, pkg := range map[string]string{"usr/bin/outpost": "./cmd/outpost", "usr/bin/outpost-sandbox": "./cmd/outpost-sandbox"} {
+		build := exec.Command("go", "build", "-o", filepath.Join(rootfs, bin), pkg)
+		build.Dir, build.Env = root, append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := build.CombinedOutput(); err != nil {
+			t.Fatalf("go build %s: %v\n%s", pkg, err, out)
+		}
 	}
 	busybox, err := exec.LookPath("busybox")
 	if err != nil {
@@ -273,6 +276,11 @@ func TestSandboxDenialInsideAContainer(t *testing.T) {
 	out, err := s.exec(t, "--executor", "exec1", "--sandbox", "workspace-write", "--cwd", "/tmp", "--", "sh", "-c", "echo ok > /tmp/inside && echo wrote-inside && echo x > /usr/bin/escape")
 	if err == nil || !strings.Contains(out, "wrote-inside") || !strings.Contains(err.Error(), "denied by the sandbox") {
 		t.Fatalf("sandbox in a container: %v\n%s", err, out)
+	}
+	// The executor ran it through the outpost-sandbox installed beside it.
+	logs, _ := run(t, s.dir, s.env, "docker-compose", "logs", "--no-color", "exec1")
+	if !strings.Contains(logs, "sandbox helper") || !strings.Contains(logs, "/usr/bin/outpost-sandbox") {
+		t.Fatalf("the executor did not pick up /usr/bin/outpost-sandbox:\n%s", tail(logs))
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -389,5 +390,40 @@ func TestSandboxPIDNamespaceHidesOtherProcessesAndKeepsSignals(t *testing.T) {
 	proc.Terminate()
 	if code := exitCode(t, collect(t, proc)); code != 128+15 {
 		t.Fatalf("terminated sandboxed sleep exited %d, want 143", code)
+	}
+}
+
+// The dedicated helper binary of this build runs sandboxed commands with
+// every restriction; one of another build is refused and nothing changes.
+func TestDedicatedSandboxHelperOfThisBuildIsUsedAndOthersRefused(t *testing.T) {
+	requireSandbox(t)
+	before := sandbox.HelperPath()
+	t.Cleanup(func() { sandbox.SetHelperBinary(before) })
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "outpost-sandbox")
+	if out, err := exec.Command("go", "build", "-o", bin, "github.com/outpost-exec/outpost/cmd/outpost-sandbox").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	for _, other := range []string{"/bin/echo", filepath.Join(dir, "missing")} {
+		if err := sandbox.UseHelper(other); err == nil {
+			t.Fatalf("%s was accepted as the helper", other)
+		}
+		if sandbox.HelperPath() != before {
+			t.Fatalf("a refused helper changed the helper path to %s", sandbox.HelperPath())
+		}
+	}
+	if err := sandbox.UseHelper(bin); err != nil {
+		t.Fatal(err)
+	}
+	if p := sandbox.HelperPath(); !strings.HasPrefix(p, "/proc/self/fd/") {
+		t.Fatalf("helper path %s, want the pinned descriptor", p)
+	}
+	// Replacing the file on disk changes nothing: the descriptor is pinned.
+	os.Rename(bin, bin+".old")
+	os.WriteFile(bin, []byte("#!/bin/sh\necho impostor\n"), 0o755)
+	_, sess := newTestSession(t, NewLocalBackend())
+	r := runSandboxed(t, sess, t.TempDir(), map[string]any{"mode": "read-only"}, nil, "/bin/sh", "-c", "grep NoNewPrivs /proc/self/status; echo x > /etc/outpost-test && echo wrote")
+	if !strings.Contains(r.out, "NoNewPrivs:\t1") || strings.Contains(r.out, "wrote") || strings.Contains(r.out, "impostor") || r.code == 0 {
+		t.Fatalf("through the dedicated helper: %+v", r)
 	}
 }

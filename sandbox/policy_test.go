@@ -215,3 +215,24 @@ func TestHelperIsTheRunningExecutableNotItsPath(t *testing.T) {
 		t.Fatalf("helper path %q, want /proc/self/exe", p)
 	}
 }
+
+func TestHelperIdentityComparesSourcesAlwaysAndModulesWhenBothKnowThem(t *testing.T) {
+	for _, c := range []struct {
+		a, b string
+		same bool
+	}{
+		{"src:1 deps:a", "src:1 deps:a", true},
+		{"src:1 deps:a", "src:1 deps:none", true},
+		{"src:1 deps:a", "src:1 deps:b", false},
+		{"src:1 deps:a", "src:2 deps:a", false},
+		{"", "", false},
+		{"garbage", "src:1 deps:a", false},
+	} {
+		if got := sameIdentity(c.a, c.b); got != c.same {
+			t.Errorf("%q vs %q: %v", c.a, c.b, got)
+		}
+	}
+	if id := Identity(); !strings.HasPrefix(id, "src:") || !strings.Contains(id, " deps:") {
+		t.Fatalf("identity %q", id)
+	}
+}

@@ -162,7 +162,37 @@ func executorLimitFlags(fs *flag.FlagSet) (*executor.Config, *executor.LocalBack
 	fs.DurationVar(&backend.TerminateGrace, "terminate-grace", backend.TerminateGrace, "wait between TERM and KILL on terminate")
 	fs.Int64Var(&cfg.MaxFileBytes, "max-file-bytes", cfg.MaxFileBytes, "largest whole-file fs/readFile or fs/writeFile (larger files stream)")
 	fs.IntVar(&cfg.MaxFileHandles, "max-file-handles", cfg.MaxFileHandles, "open fs handles per session")
+	fs.StringVar(&sandboxHelper, "sandbox-helper", "", "run sandboxed commands through this outpost-sandbox binary (of this build) instead of re-executing outpost, for faster starts (default: an outpost-sandbox beside this binary, if any)")
 	return cfg, backend
+}
+
+// sandboxHelper is --sandbox-helper (executor serve and join).
+var sandboxHelper string
+
+// useSandboxHelper applies --sandbox-helper, or else an outpost-sandbox
+// installed beside this binary; a helper of another build is refused and
+// the executor re-executes itself, as without one.
+func useSandboxHelper(log *zap.Logger) {
+	path, explicit := sandboxHelper, sandboxHelper != ""
+	if !explicit {
+		exe, err := os.Executable()
+		if err != nil {
+			return
+		}
+		path = filepath.Join(filepath.Dir(exe), sandbox.HelperName)
+		if _, err := os.Stat(path); err != nil {
+			return
+		}
+	}
+	if err := sandbox.UseHelper(path); err != nil {
+		if explicit {
+			log.Warn("not using the sandbox helper; re-executing outpost instead", zap.Error(err))
+		} else {
+			log.Info("not using the outpost-sandbox beside this binary; re-executing outpost instead", zap.Error(err))
+		}
+		return
+	}
+	log.Info("sandbox helper", zap.String("path", path))
 }
 
 func cmdExecutorServe(args []string, stdout, stderr io.Writer) int {
@@ -186,6 +216,7 @@ func cmdExecutorServe(args []string, stdout, stderr io.Writer) int {
 	}
 	defer log.Sync()
 	cfg.Backend, cfg.Logger, cfg.Version = backend, log, version
+	useSandboxHelper(log)
 	defer executorTracing(cfg, stderr)()
 	adminStopping, stopAdmin, err := startExecutorAdmin(*adminListen, cfg, stderr)
 	if err != nil {

@@ -274,6 +274,7 @@ func cmdExecutorJoin(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	cfg.Backend, cfg.Logger, cfg.Version = backend, log, version
+	useSandboxHelper(log)
 	defer executorTracing(cfg, stderr)()
 	adminStopping, stopAdmin, err := startExecutorAdmin(*adminListen, cfg, stderr)
 	if err != nil {
