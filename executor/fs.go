@@ -54,44 +54,67 @@ type fsHandle struct {
 	// without a second pass over the file.
 	sum    hash.Hash
 	hashed uint64
-	early  map[uint64][]byte // blocks past hashed, waiting for the gap to fill
-	broken bool              // no running digest for this handle
+	early  []byteRange // ranges past hashed, sorted, waiting for the gap to fill
+	broken bool        // no running digest for this handle
 	// For writes: the verified parent directory, the temporary name the
 	// blocks go to and the final name.
 	dir       *os.File
 	tmp, base string
 }
 
-// maxEarlyBlocks bounds the blocks a handle keeps for its running digest
-// while an earlier one is still on its way (blocks run concurrently; the
-// client keeps at most 8 in flight).
-const maxEarlyBlocks = 16
+// The running digest keeps no data: a block that passes ahead of the
+// digest is remembered as a range, and once the gap before it fills the
+// digest reads it back from the file (from the page cache, just written or
+// read). Bounds: maxEarlyRanges ranges, and a block may start at most
+// maxEarlyGap past the digest; beyond either the handle has no running
+// digest (fs/hash still works), so a client cannot make the executor hold
+// or re-read much for it.
+const (
+	maxEarlyRanges = 32
+	maxEarlyGap    = 16 << 20
+)
 
-// account feeds a block at off into the running digest, under h.mu.
-// Blocks that arrive ahead of the digest wait in early; one that cannot
-// be placed (a rewrite, a gap too wide) ends the running digest.
+type byteRange struct{ off, end uint64 }
+
+// account feeds the block [off, off+len(b)) into the running digest, under
+// h.mu.
 func (h *fsHandle) account(off uint64, b []byte) {
-	if h.broken || len(b) == 0 {
-		return
-	}
+	end := off + uint64(len(b))
 	switch {
+	case h.broken || len(b) == 0:
+		return
+	case end <= h.hashed && !h.write:
+		return // a read of what was already hashed: no news
+	case off < h.hashed, off > h.hashed+maxEarlyGap:
+		h.broken, h.early = true, nil // a rewrite of hashed bytes, or too far ahead
+		return
 	case off == h.hashed:
 		h.sum.Write(b)
-		h.hashed += uint64(len(b))
-		for next, ok := h.early[h.hashed]; ok; next, ok = h.early[h.hashed] {
-			delete(h.early, h.hashed)
-			h.sum.Write(next)
-			h.hashed += uint64(len(next))
-		}
-	case off+uint64(len(b)) <= h.hashed && !h.write:
-		// A read of what was already hashed: no news.
-	case off > h.hashed && len(h.early) < maxEarlyBlocks && h.early[off] == nil:
-		if h.early == nil {
-			h.early = map[uint64][]byte{}
-		}
-		h.early[off] = b
+		h.hashed = end
 	default:
-		h.broken, h.early = true, nil
+		h.early = append(h.early, byteRange{off, end})
+		sort.Slice(h.early, func(i, j int) bool { return h.early[i].off < h.early[j].off })
+		if len(h.early) > maxEarlyRanges {
+			h.broken, h.early = true, nil
+			return
+		}
+	}
+	// Catch up over ranges that now join the digest.
+	for len(h.early) > 0 && h.early[0].off <= h.hashed {
+		r := h.early[0]
+		h.early = h.early[1:]
+		if r.end <= h.hashed {
+			continue
+		}
+		if r.off < h.hashed && h.write {
+			h.broken, h.early = true, nil // overlapping writes
+			return
+		}
+		if _, err := io.Copy(h.sum, io.NewSectionReader(h.f, int64(h.hashed), int64(r.end-h.hashed))); err != nil {
+			h.broken, h.early = true, nil
+			return
+		}
+		h.hashed = r.end
 	}
 }
 
@@ -356,7 +379,9 @@ func (r *fsReq) createTemp(shown, p string, mode *uint32) (*fsHandle, error) {
 	if len(tmp) > 255 {
 		tmp = ".outpost-" + hex.EncodeToString(rnd[:])
 	}
-	fd, err := unix.Openat(int(dir.Fd()), tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, uint32(perm))
+	// Read-write: the running digest may read back blocks that landed
+	// ahead of it.
+	fd, err := unix.Openat(int(dir.Fd()), tmp, unix.O_RDWR|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, uint32(perm))
 	if err != nil {
 		dir.Close()
 		return nil, r.fsError(shown, err)
