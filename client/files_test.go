@@ -343,3 +343,41 @@ func TestFilesWorkspaceWriteModeKeepsGitReadOnly(t *testing.T) {
 		t.Fatalf(".git/HEAD is now %q", b)
 	}
 }
+
+// Over codex's JSON-RPC (ws), binary fields travel as base64: the same
+// Files calls work, streamed blocks included.
+func TestFilesOverWebSocketJSON(t *testing.T) {
+	srv, _ := executor.NewServer(executor.DefaultConfig())
+	l, err := srv.ListenWS("127.0.0.1:0", executor.WSOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	env := dial(t, l.URL(), Options{})
+	ctx := ctxT(t)
+	dir := t.TempDir()
+	data := randomData(t, 3<<20+11)
+	w, err := env.Create(ctx, filepath.Join(dir, "f"), 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Write(data)
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	r, err := env.Open(ctx, filepath.Join(dir, "f"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := io.ReadAll(r)
+	r.Close()
+	if err != nil || !bytes.Equal(got, data) {
+		t.Fatalf("%d bytes back, %v", len(got), err)
+	}
+	if b, err := env.ReadFile(ctx, filepath.Join(dir, "f")); err != nil || !bytes.Equal(b, data) {
+		t.Fatalf("ReadFile: %v", err)
+	}
+	if _, err := env.ReadFile(ctx, filepath.Join(dir, "nope")); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("missing: %v", err)
+	}
+}
