@@ -46,10 +46,11 @@ func cmdCp(args []string, stdout, stderr io.Writer) int {
 	fs.Usage = func() {
 		fmt.Fprint(stderr, `usage: outpost cp [flags] SRC DST
 
-One side is on an executor: EXECUTOR:PATH reaches executor EXECUTOR through
---relay (or $OUTPOST_RELAY) with --token (or $OUTPOST_TOKEN); :PATH is on the
---target executor (or $OUTPOST_TARGET, the config file). Every file is checked
-end to end with sha256.
+EXECUTOR:PATH is on executor EXECUTOR, reached through --relay (or
+$OUTPOST_RELAY) with --token (or $OUTPOST_TOKEN); :PATH is on the --target
+executor (or $OUTPOST_TARGET, the config file). One side or both may be
+remote: within one executor it copies by itself; between two, files stream
+through here. Every file is checked end to end with sha256.
 
 `)
 		fs.PrintDefaults()
@@ -68,52 +69,89 @@ end to end with sha256.
 		return exitUsage
 	}
 	src, dst := parseOperand(fs.Arg(0)), parseOperand(fs.Arg(1))
-	if src.remote == dst.remote {
-		fmt.Fprintln(stderr, "outpost cp: exactly one of SRC and DST must be EXECUTOR:PATH or :PATH")
+	if !src.remote && !dst.remote {
+		fmt.Fprintln(stderr, "outpost cp: SRC or DST must be EXECUTOR:PATH or :PATH (for two local paths, use cp)")
 		return exitUsage
 	}
-	remote := src
-	if dst.remote {
-		remote = dst
-	}
-	if remote.path == "" {
-		fmt.Fprintln(stderr, "outpost cp: the remote path is empty")
-		return exitUsage
+	for _, o := range []cpOperand{src, dst} {
+		if o.remote && o.path == "" {
+			fmt.Fprintln(stderr, "outpost cp: a remote path is empty")
+			return exitUsage
+		}
 	}
 	ctx, cancel := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer cancel()
-	url, opts := *target, client.Options{ClientName: "outpost-cp"}
-	if remote.executor != "" {
-		if *relayURL == "" {
-			fmt.Fprintf(stderr, "outpost cp: %s:PATH needs --relay (or $OUTPOST_RELAY)\n", remote.executor)
-			return exitUsage
-		}
-		url, opts.Executor, opts.Token = *relayURL, remote.executor, *token
-	}
-	if url == "" {
-		url = os.Getenv("OUTPOST_TARGET")
-	}
-	if url == "" {
-		url = configTarget()
-	}
-	if url == "" {
-		fmt.Fprintln(stderr, "outpost cp: no executor: give --target (or $OUTPOST_TARGET) for :PATH, or --relay for EXECUTOR:PATH")
-		return exitUsage
-	}
-	env, err := client.Dial(ctx, url, opts)
-	if err != nil {
-		fmt.Fprintf(stderr, "outpost cp: cannot reach the executor: %v\n", err)
-		return exitTransport
-	}
-	defer env.Close()
 	var policy any
 	if *mode != "" {
 		policy = map[string]any{"mode": *mode}
 	}
-	c := &copier{ctx: ctx, files: env.Files(policy), recursive: *recursive, stderr: stderr, progress: !*quiet && isTerminal(os.Stderr)}
-	if src.remote {
+	// connect reaches the executor of a remote operand (one connection per
+	// executor, shared when both operands are on the same one).
+	conns := map[string]*client.Files{}
+	var closers []io.Closer
+	connect := func(o cpOperand) (*client.Files, int) {
+		if f := conns[o.executor]; f != nil {
+			return f, 0
+		}
+		url, opts := *target, client.Options{ClientName: "outpost-cp"}
+		if o.executor != "" {
+			if *relayURL == "" {
+				fmt.Fprintf(stderr, "outpost cp: %s:PATH needs --relay (or $OUTPOST_RELAY)\n", o.executor)
+				return nil, exitUsage
+			}
+			url, opts.Executor, opts.Token = *relayURL, o.executor, *token
+		}
+		if url == "" {
+			url = os.Getenv("OUTPOST_TARGET")
+		}
+		if url == "" {
+			url = configTarget()
+		}
+		if url == "" {
+			fmt.Fprintln(stderr, "outpost cp: no executor: give --target (or $OUTPOST_TARGET) for :PATH, or --relay for EXECUTOR:PATH")
+			return nil, exitUsage
+		}
+		env, err := client.Dial(ctx, url, opts)
+		if err != nil {
+			fmt.Fprintf(stderr, "outpost cp: cannot reach the executor: %v\n", err)
+			return nil, exitTransport
+		}
+		f := env.Files(policy)
+		conns[o.executor] = f
+		closers = append(closers, env)
+		return f, 0
+	}
+	defer func() {
+		for _, c := range closers {
+			c.Close()
+		}
+	}()
+	c := &copier{ctx: ctx, recursive: *recursive, stderr: stderr, progress: !*quiet && isTerminal(os.Stderr)}
+	var err error
+	switch {
+	case src.remote && dst.remote:
+		from, code := connect(src)
+		if code != 0 {
+			return code
+		}
+		to, code := connect(dst)
+		if code != 0 {
+			return code
+		}
+		err = c.between(from, src.path, to, dst.path, src.executor == dst.executor)
+	case src.remote:
+		f, code := connect(src)
+		if code != 0 {
+			return code
+		}
+		c.files = f
 		err = c.download(src.path, dst.path)
-	} else {
+	default:
+		f, code := connect(dst)
+		if code != 0 {
+			return code
+		}
+		c.files = f
 		err = c.upload(src.path, dst.path)
 	}
 	if err != nil {
@@ -121,6 +159,92 @@ end to end with sha256.
 		return 1
 	}
 	return 0
+}
+
+// between copies from one executor to another (or within one, where the
+// executor copies by itself with fs/copy). Across executors each file
+// streams through this client and is checked by both executors' digests.
+func (c *copier) between(from *client.Files, src string, to *client.Files, dst string, same bool) error {
+	info, err := from.Stat(c.ctx, src)
+	if err != nil {
+		return err
+	}
+	if info.IsDir() && !c.recursive {
+		return fmt.Errorf("%s is a directory (use -r)", src)
+	}
+	if di, err := to.Stat(c.ctx, dst); err == nil && di.IsDir() || strings.HasSuffix(dst, "/") {
+		dst = path.Join(dst, path.Base(src))
+	}
+	if same {
+		return from.Copy(c.ctx, src, dst, info.IsDir())
+	}
+	if !info.IsDir() {
+		return c.stream(from, src, to, dst, info)
+	}
+	return fs.WalkDir(from.FS(c.ctx, src), ".", func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		fromPath, toPath := path.Join(src, p), path.Join(dst, p)
+		switch {
+		case d.IsDir():
+			return to.MkdirAll(c.ctx, toPath)
+		case d.Type().IsRegular():
+			info, err := d.Info()
+			if err != nil {
+				return err
+			}
+			return c.stream(from, fromPath, to, toPath, info)
+		default:
+			fmt.Fprintf(c.stderr, "outpost cp: skipping %s (not a regular file or directory)\n", fromPath)
+			return nil
+		}
+	})
+}
+
+// stream copies one file between executors; the source's digest (of what
+// it sent) must equal the destination's (of what it wrote).
+func (c *copier) stream(from *client.Files, src string, to *client.Files, dst string, info fs.FileInfo) error {
+	r, err := from.Open(c.ctx, src)
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+	w, err := to.Create(c.ctx, dst, info.Mode().Perm())
+	if err != nil {
+		return err
+	}
+	h := sha256.New()
+	bar := c.bar(path.Base(src), info.Size())
+	n, err := io.Copy(io.MultiWriter(w, h, bar), r)
+	bar.done()
+	if err != nil {
+		w.Abort()
+		return fmt.Errorf("%s: %w", src, err)
+	}
+	if err := w.Close(); err != nil {
+		return fmt.Errorf("%s: %w", dst, err)
+	}
+	if err := r.Close(); err != nil {
+		return err
+	}
+	got := hex.EncodeToString(h.Sum(nil))
+	for _, side := range []struct {
+		f    *client.Files
+		name string
+		sum  func() (string, int64, bool)
+	}{{from, src, r.Sum}, {to, dst, w.Sum}} {
+		sum, size, ok := side.sum()
+		if !ok {
+			if sum, size, err = side.f.Hash(c.ctx, side.name); err != nil {
+				return err
+			}
+		}
+		if sum != got || size != n {
+			return fmt.Errorf("%s: %w (%s, %d bytes; passed through %s, %d bytes)", side.name, ErrChecksum, sum, size, got, n)
+		}
+	}
+	return nil
 }
 
 type copier struct {

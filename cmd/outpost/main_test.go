@@ -646,3 +646,68 @@ func TestCpOperandSyntax(t *testing.T) {
 		}
 	}
 }
+
+func TestCpBetweenExecutorsAndWithinOne(t *testing.T) {
+	dir := t.TempDir()
+	relayCmd := exec.Command(outpostBin, "relay", "serve", "--listen", "tcp://127.0.0.1:0", "--state-dir", filepath.Join(dir, "relay"))
+	stdout, _ := relayCmd.StdoutPipe()
+	if err := relayCmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { relayCmd.Process.Signal(syscall.SIGTERM); relayCmd.Wait() }()
+	line, err := bufio.NewReader(stdout).ReadString('\n')
+	if err != nil {
+		t.Fatal(err)
+	}
+	relayURL := strings.TrimSpace(line)
+	token := func(args ...string) string {
+		out, err := exec.Command(outpostBin, append([]string{"token", "create", "--state-dir", filepath.Join(dir, "relay")}, args...)...).Output()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return strings.TrimSpace(string(out))
+	}
+	joinTok, clientTok := token("--join"), token("--client")
+	for _, id := range []string{"a", "b"} {
+		j := exec.Command(outpostBin, "executor", "join", "--relay", relayURL, "--token", joinTok, "--id", id, "--state-dir", filepath.Join(dir, "exec-"+id))
+		if err := j.Start(); err != nil {
+			t.Fatal(err)
+		}
+		defer func() { j.Process.Signal(syscall.SIGTERM); j.Wait() }()
+	}
+	cp := func(args ...string) (string, error) {
+		cmd := exec.Command(outpostBin, append([]string{"cp", "-q", "--relay", relayURL, "--token", clientTok}, args...)...)
+		cmd.Env = append(os.Environ(), "XDG_CONFIG_HOME="+filepath.Join(dir, "cfg"))
+		out, err := cmd.CombinedOutput()
+		return string(out), err
+	}
+	src := filepath.Join(dir, "tree")
+	os.MkdirAll(filepath.Join(src, "d"), 0o755)
+	os.WriteFile(filepath.Join(src, "d", "f"), bytes.Repeat([]byte("outpost "), 300000), 0o640)
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		// Both executors must have joined: a copy between them needs both.
+		out, err := cp("-r", "a:"+src, "b:"+filepath.Join(dir, "via-client"))
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("a → b: %v\n%s", err, out)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if out, err := cp("-r", "b:"+filepath.Join(dir, "via-client"), "b:"+filepath.Join(dir, "within")); err != nil {
+		t.Fatalf("b → b: %v\n%s", err, out)
+	}
+	want, _ := os.ReadFile(filepath.Join(src, "d", "f"))
+	for _, copy := range []string{"via-client", "within"} {
+		got, err := os.ReadFile(filepath.Join(dir, copy, "d", "f"))
+		fi, _ := os.Stat(filepath.Join(dir, copy, "d", "f"))
+		if err != nil || !bytes.Equal(got, want) || fi.Mode().Perm() != 0o640 {
+			t.Fatalf("%s: %d bytes, %v", copy, len(got), err)
+		}
+	}
+	if out, err := cp(filepath.Join(dir, "x"), filepath.Join(dir, "y")); err == nil || !strings.Contains(out, "must be EXECUTOR:PATH") {
+		t.Fatalf("two local paths: %v %s", err, out)
+	}
+}
