@@ -478,7 +478,15 @@ func (c *serverConn) writeMsg(m outMsg) error {
 	if m.err != nil {
 		return c.mc.WriteError(c.ctx, m.id, m.err)
 	}
-	return c.mc.WriteResult(c.ctx, m.id, m.result)
+	err := c.mc.WriteResult(c.ctx, m.id, m.result)
+	if errors.Is(err, transport.ErrMessageTooLarge) {
+		// Refused before anything was written (a 64 MiB file is 85 MiB in
+		// base64): answer with an error rather than drop the connection,
+		// which a resuming client would only retry.
+		return c.mc.WriteError(c.ctx, m.id, protocol.Errorf(protocol.CodeInvalidRequest,
+			"the result is too large for one message on this connection (%v); read large files with fs/open and fs/readBlock", err))
+	}
+	return err
 }
 
 // writeEvent sends one event as its notification.
