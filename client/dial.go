@@ -253,10 +253,7 @@ func relayDialer(url string, opts Options) (dialFunc, error) {
 			return fail(err)
 		}
 		mc := transport.NewMsgpackConn(st, 64<<10)
-		if err := mc.WriteRequest(ctx, transport.IntID(1), protocol.MethodRelayConnect, protocol.RelayConnectParams{ExecutorID: opts.Executor, Token: opts.Token}); err != nil {
-			return fail(err)
-		}
-		m, err := mc.ReadMessage(ctx)
+		m, err := mc.Call(ctx, transport.IntID(1), protocol.MethodRelayConnect, protocol.RelayConnectParams{ExecutorID: opts.Executor, Token: opts.Token})
 		if err != nil {
 			return fail(fmt.Errorf("relay/connect: %w", err))
 		}
@@ -515,12 +512,9 @@ func ListExecutors(ctx context.Context, url string, opts Options) ([]protocol.Re
 		return nil, err
 	}
 	mc := transport.NewMsgpackConn(st, protocol.MaxMessageBytes)
-	if err := mc.WriteRequest(ctx, transport.IntID(1), protocol.MethodRelayExecutors, protocol.RelayExecutorsParams{Token: opts.Token}); err != nil {
-		return nil, err
-	}
-	m, err := mc.ReadMessage(ctx)
+	m, err := mc.Call(ctx, transport.IntID(1), protocol.MethodRelayExecutors, protocol.RelayExecutorsParams{Token: opts.Token})
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("relay/executors: %w", err)
 	}
 	if m.Error != nil {
 		return nil, m.Error

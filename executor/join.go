@@ -136,10 +136,7 @@ func (s *Server) joinOnce(ctx context.Context, addr string, relayKey identity.Pu
 		return time.Time{}, nil, err
 	}
 	mc := transport.NewMsgpackConn(ctl, 64<<10)
-	if err := mc.WriteRequest(ctx, transport.IntID(1), protocol.MethodRelayJoin, protocol.RelayJoinParams{ExecutorID: opts.ID, Token: opts.Token, Labels: opts.Labels, Version: opts.Version}); err != nil {
-		return time.Time{}, nil, err
-	}
-	m, err := mc.ReadMessage(ctx)
+	m, err := mc.Call(ctx, transport.IntID(1), protocol.MethodRelayJoin, protocol.RelayJoinParams{ExecutorID: opts.ID, Token: opts.Token, Labels: opts.Labels, Version: opts.Version})
 	if err != nil {
 		return time.Time{}, nil, fmt.Errorf("relay/join: %w", err)
 	}

@@ -312,7 +312,21 @@ func (s *Server) serve(ctx context.Context, c net.Conn, hs chan struct{}) {
 		idle.Stop()
 		return
 	}
-	defer ctl.Close()
+	// Hang up politely: the peer closes first once it has read our last
+	// reply. Closing the session at once races that reply — the peer's
+	// yamux may report "session shutdown" to a write it already made
+	// and never read the error we sent. The wait is bounded by
+	// replyLinger, and connections are bounded by MaxConnections.
+	defer func() {
+		ctl.Close()
+		t := time.NewTimer(replyLinger)
+		defer t.Stop()
+		select {
+		case <-sess.CloseChan():
+		case <-t.C:
+		case <-ctx.Done():
+		}
+	}()
 	mc := transport.NewMsgpackConn(ctl, maxControlFrame)
 	m, err := mc.ReadMessage(ctx)
 	idle.Stop()
@@ -602,6 +616,11 @@ func (s *Server) redeem(kind TokenKind, token string) (Token, error) {
 // reconnectNoticeTimeout bounds the write of one reconnect notice, so an
 // executor that stopped reading cannot stall a drain.
 const reconnectNoticeTimeout = 2 * time.Second
+
+// replyLinger is how long the relay waits, after its last reply on a
+// connection, for the peer to hang up before it closes the connection
+// itself (long enough for one slow round trip).
+const replyLinger = 2 * time.Second
 
 // Drain prepares the relay to stop: it refuses new joins and connects,
 // tells every joined executor to reconnect (a relay/reconnect notification

@@ -280,6 +280,19 @@ func TestOfflineUnknownAndUnauthorisedTargetsGetClearErrors(t *testing.T) {
 	}
 }
 
+// A refusal must reach the client as itself. The relay used to close the
+// connection right after its reply, and about one dial in ten then failed
+// with yamux's "session shutdown" instead of the reason.
+func TestRefusalIsNeverLostToTheRelayHangingUp(t *testing.T) {
+	r := newRelay(t)
+	for i := range 200 {
+		_, err := dialVia(t, r, "web-1", "opt_bogus", client.Options{NoResume: true})
+		if err == nil || !strings.Contains(err.Error(), "token is not known") {
+			t.Fatalf("dial %d: %v", i, err)
+		}
+	}
+}
+
 func TestExecutorAllowListRefusesClientsTheRelayBrings(t *testing.T) {
 	r := newRelay(t)
 	allowed := key(t)

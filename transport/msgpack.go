@@ -195,6 +195,29 @@ func (c *MsgpackConn) WriteRequest(ctx context.Context, id ID, method string, pa
 	return c.write(ctx, msgpackKindRequest, id, method, params)
 }
 
+// Call sends a request and reads the next message, its reply. A peer
+// that answers and hangs up at once can make the write report a closed
+// session although the request went out and the reply arrived; the
+// reply, when it can still be read, wins over that error.
+func (c *MsgpackConn) Call(ctx context.Context, id ID, method string, params any) (*Message, error) {
+	werr := c.WriteRequest(ctx, id, method, params)
+	c.wmu.Lock()
+	sent := werr == nil || c.werr != nil // a transport error: it may have gone out
+	c.wmu.Unlock()
+	if !sent {
+		return nil, werr // refused before sending (encoding, size, ctx)
+	}
+	m, rerr := c.ReadMessage(ctx)
+	switch {
+	case rerr == nil:
+		return m, nil
+	case werr != nil:
+		return nil, werr
+	default:
+		return nil, rerr
+	}
+}
+
 // Close closes the underlying stream.
 func (c *MsgpackConn) Close() error { return c.rw.Close() }
 
