@@ -17,13 +17,16 @@ import (
 	"github.com/creack/pty"
 	"golang.org/x/sys/unix"
 
+	"github.com/outpost-exec/outpost/cgroup"
 	"github.com/outpost-exec/outpost/protocol"
 	"github.com/outpost-exec/outpost/sandbox"
 )
 
 // LocalBackend runs real child processes on this machine, each in its own
 // process group (a session of its own on a PTY) with a parent-death signal,
-// so a terminate reaches its whole tree and none outlives the executor.
+// and, given Cgroups, in a cgroup of its own, so a terminate reaches its
+// whole tree — even descendants that left the group with setsid — and none
+// outlives the executor.
 type LocalBackend struct {
 	Retention Retention
 	// TerminateGrace is the wait between TERM and KILL (default 2 s).
@@ -32,6 +35,9 @@ type LocalBackend struct {
 	// 128 writes and 16 MiB); a write beyond it is refused, not buffered.
 	StdinQueueWrites int
 	StdinQueueBytes  int64
+	// Cgroups, when set, gives every command a cgroup (with its memory and
+	// pids limits); nil runs commands in process groups only.
+	Cgroups *cgroup.Manager
 }
 
 // NewLocalBackend returns a LocalBackend with default settings.
@@ -142,10 +148,31 @@ func (b *LocalBackend) Start(ctx context.Context, spec Spec) (Process, error) {
 		}
 		// cmd.Stdin nil means /dev/null.
 	}
-	if err := cmd.Start(); err != nil {
+	if b.Cgroups != nil {
+		cg, err := b.Cgroups.New()
+		if err != nil {
+			closeAll(outputs)
+			if p.stdin != nil && !spec.Tty {
+				p.stdin.f.Close()
+			}
+			return nil, fmt.Errorf("failed to create the command's cgroup: %w", err)
+		}
+		// Born inside (clone3 CLONE_INTO_CGROUP): nothing it forks can
+		// run outside, not even for an instant.
+		cmd.SysProcAttr.UseCgroupFD, cmd.SysProcAttr.CgroupFD = true, cg.FD()
+		p.cg = cg
+	}
+	err := cmd.Start()
+	if p.cg != nil {
+		p.cg.Started()
+	}
+	if err != nil {
 		closeAll(outputs)
 		if p.stdin != nil && !spec.Tty {
 			p.stdin.f.Close()
+		}
+		if p.cg != nil {
+			p.cg.Release()
 		}
 		return nil, fmt.Errorf("failed to spawn %q: %w", spec.Argv[0], unwrapExecError(err))
 	}
@@ -283,6 +310,7 @@ type localProcess struct {
 	grace    time.Duration
 	stdin    *stdinQueue
 	ids      writeIDs
+	cg       *cgroup.Cgroup // nil without cgroups
 
 	streams []*outStream
 
@@ -436,6 +464,14 @@ func (p *localProcess) wait() {
 	p.awaitWrittenOutput()
 	denied := p.classify != nil && p.classify(code, sig, p.log.RetainedLines)
 	p.log.ExitBySignal(code, sig, denied)
+	if p.cg != nil {
+		go func() {
+			<-p.log.Closed()
+			// Background processes it left keep the cgroup (bounded);
+			// a terminate or Kill has already reached them.
+			p.cg.Release()
+		}()
+	}
 	if p.tty {
 		// The PTY master stays open until every stream holder is done;
 		// close it once the log is closed so its fd is not leaked.
@@ -532,35 +568,74 @@ func (p *localProcess) Resize(rows, cols uint16) error {
 }
 
 func (p *localProcess) Terminate() bool {
-	if p.hasExited() {
+	running := !p.hasExited()
+	if !running && (p.cg == nil || !p.cg.Populated()) {
 		return false
 	}
 	if !p.terminated.CompareAndSwap(false, true) {
-		return true
+		return running
 	}
-	syscall.Kill(-p.pgid, syscall.SIGTERM)
+	p.signalAll(syscall.SIGTERM)
 	go func() {
 		t := time.NewTimer(p.grace)
 		defer t.Stop()
 		select {
 		case <-p.log.Closed():
-			return
 		case <-t.C:
+			// Whatever is left (the leader, or descendants that ignored
+			// TERM and still hold the output pipes) is killed.
+			p.killAll()
+			return
 		}
-		// Whatever of the group is left (the leader, or descendants that
-		// ignored TERM and still hold the output pipes) is killed.
-		syscall.Kill(-p.pgid, syscall.SIGKILL)
+		if p.cg == nil {
+			return
+		}
+		// The leader and its output are done; descendants that left the
+		// group and closed their output get the rest of the grace.
+		tick := time.NewTicker(terminatePoll)
+		defer tick.Stop()
+		for p.cg.Populated() {
+			select {
+			case <-tick.C:
+			case <-t.C:
+				p.cg.Kill()
+				return
+			}
+		}
 	}()
-	return true
+	return running
+}
+
+// terminatePoll is how often a terminate checks, during its grace period,
+// whether descendants that outlived the leader have gone.
+const terminatePoll = 20 * time.Millisecond
+
+// signalAll sends sig to the process group and to every process in the
+// command's cgroup.
+func (p *localProcess) signalAll(sig syscall.Signal) {
+	syscall.Kill(-p.pgid, sig)
+	if p.cg != nil {
+		p.cg.Signal(sig)
+	}
+}
+
+// killAll kills the process group and the command's whole cgroup.
+func (p *localProcess) killAll() {
+	syscall.Kill(-p.pgid, syscall.SIGKILL)
+	if p.cg != nil {
+		p.cg.Kill()
+	}
 }
 
 func (p *localProcess) Kill() {
 	select {
 	case <-p.log.Closed():
-		return
+		if p.cg == nil || !p.cg.Populated() {
+			return
+		}
 	default:
 	}
-	syscall.Kill(-p.pgid, syscall.SIGKILL)
+	p.killAll()
 }
 
 // stdinQueue feeds a child's stdin from a bounded queue, so a child that

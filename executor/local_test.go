@@ -101,7 +101,7 @@ func exitCode(t *testing.T, evs []Event) int32 {
 }
 
 // waitOutput waits until p's output contains want.
-func waitOutput(t *testing.T, p Process, want string) {
+func waitOutput(t *testing.T, p Process, want string) string {
 	t.Helper()
 	sub := p.Log().Subscribe(0, false, nil)
 	defer sub.Close()
@@ -113,7 +113,7 @@ func waitOutput(t *testing.T, p Process, want string) {
 			got.Write(e.Data)
 		}
 		if strings.Contains(got.String(), want) {
-			return
+			return got.String()
 		}
 		if done {
 			t.Fatalf("closed without %q; output %q", want, got.String())

@@ -205,14 +205,13 @@ type Capabilities struct {
 	Kernel          string
 	LandlockABI     int
 	Seccomp         bool
-	MountNamespaces bool   // user + mount + PID namespaces for the helper
-	Cgroup          string // "v2 (writable)", "v2 (read-only)", "v1", "none"
+	MountNamespaces bool // user + mount + PID namespaces for the helper
 }
 
 // Probe inspects the machine once.
 func Probe() Capabilities {
 	probeOnce.Do(func() {
-		probed = Capabilities{OS: runtime.GOOS, Kernel: kernelRelease(), LandlockABI: LandlockABI(), Seccomp: SeccompSupported(), MountNamespaces: canUnshareMount(), Cgroup: cgroupVersion()}
+		probed = Capabilities{OS: runtime.GOOS, Kernel: kernelRelease(), LandlockABI: LandlockABI(), Seccomp: SeccompSupported(), MountNamespaces: canUnshareMount()}
 	})
 	return probed
 }
@@ -259,30 +258,6 @@ func kernelRelease() string {
 	return strings.TrimSpace(string(b))
 }
 
-func cgroupVersion() string {
-	if _, err := os.Stat("/sys/fs/cgroup/cgroup.controllers"); err == nil {
-		if unixAccessW("/sys/fs/cgroup") {
-			return "v2 (writable)"
-		}
-		return "v2 (read-only)"
-	}
-	if _, err := os.Stat("/sys/fs/cgroup/memory"); err == nil {
-		return "v1"
-	}
-	return "none"
-}
-
-func unixAccessW(path string) bool {
-	f, err := os.CreateTemp(path, ".outpost-probe-")
-	if err != nil {
-		return false
-	}
-	name := f.Name()
-	f.Close()
-	os.Remove(name)
-	return true
-}
-
 // Report describes the capabilities for people (outpost executor doctor).
 func (c Capabilities) Report() []string {
 	yes := func(b bool) string {
@@ -293,7 +268,6 @@ func (c Capabilities) Report() []string {
 	}
 	lines := []string{
 		"os: " + c.OS + " " + c.Kernel,
-		"cgroup: " + c.Cgroup + " (per-command cgroups are not used yet: resource limits are rlimits)",
 		fmt.Sprintf("landlock: ABI %d (%s)", c.LandlockABI, landlockMeaning(c.LandlockABI)),
 		"seccomp filters: " + yes(c.Seccomp),
 		"user+mount namespaces: " + yes(c.MountNamespaces),

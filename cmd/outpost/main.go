@@ -9,10 +9,12 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"os/signal"
 	"path/filepath"
 	"runtime/pprof"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -20,6 +22,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
+	"github.com/outpost-exec/outpost/cgroup"
 	"github.com/outpost-exec/outpost/executor"
 	"github.com/outpost-exec/outpost/identity"
 	"github.com/outpost-exec/outpost/sandbox"
@@ -163,7 +166,108 @@ func executorLimitFlags(fs *flag.FlagSet) (*executor.Config, *executor.LocalBack
 	fs.Int64Var(&cfg.MaxFileBytes, "max-file-bytes", cfg.MaxFileBytes, "largest whole-file fs/readFile or fs/writeFile (larger files stream)")
 	fs.IntVar(&cfg.MaxFileHandles, "max-file-handles", cfg.MaxFileHandles, "open fs handles per session")
 	fs.StringVar(&sandboxHelper, "sandbox-helper", "", "run sandboxed commands through this outpost-sandbox binary (of this build) instead of re-executing outpost, for faster starts (default: an outpost-sandbox beside this binary, if any)")
+	fs.StringVar(&cgroupFlags.mode, "cgroups", "auto", "a cgroup v2 per command, so terminate kills every process it started: auto (where cgroup v2 is writable) or off")
+	fs.Var(&cgroupFlags.memoryMax, "memory-max", "each command's memory limit (cgroup memory.max), e.g. 2G; must be enforceable here (default: none)")
+	fs.Int64Var(&cgroupFlags.pidsMax, "pids-max", -1, "each command's process limit (cgroup pids.max); an explicit value must be enforceable here, 0 is none (default: 4096 where the pids controller can be delegated)")
 	return cfg, backend
+}
+
+// cgroupFlags are --cgroups, --memory-max and --pids-max (executor serve
+// and join).
+var cgroupFlags = struct {
+	mode      string
+	memoryMax sizeFlag
+	pidsMax   int64
+}{}
+
+// useCgroups gives every command a cgroup as the flags ask. It fails only
+// when a limit given explicitly cannot be enforced; otherwise commands
+// run in process groups alone and the log says why. The returned func
+// kills what commands left behind and removes their cgroups.
+func useCgroups(log *zap.Logger, backend *executor.LocalBackend) (func(), error) {
+	f := cgroupFlags
+	switch f.mode {
+	case "off":
+		if f.memoryMax > 0 || f.pidsMax > 0 {
+			return nil, errors.New("--memory-max and --pids-max need --cgroups auto")
+		}
+		return func() {}, nil
+	case "auto":
+	default:
+		return nil, fmt.Errorf("--cgroups: want auto or off, got %q", f.mode)
+	}
+	cfg := cgroup.DefaultConfig()
+	cfg.MemoryMax = int64(f.memoryMax)
+	if f.pidsMax >= 0 {
+		cfg.PidsMax = f.pidsMax
+	}
+	m, err := cgroup.Open(cfg)
+	if err != nil {
+		if f.memoryMax > 0 || f.pidsMax > 0 {
+			return nil, fmt.Errorf("--memory-max/--pids-max cannot be enforced: %w", err)
+		}
+		log.Info("commands run without cgroups: terminate reaches their process group only", zap.Error(err))
+		return func() {}, nil
+	}
+	st := m.Status()
+	if f.memoryMax > 0 && st.MemoryMax == 0 || f.pidsMax > 0 && st.PidsMax == 0 {
+		m.Close()
+		return nil, fmt.Errorf("--memory-max/--pids-max cannot be enforced: %s", st.NoLimits)
+	}
+	fields := []zap.Field{zap.String("dir", st.Dir), zap.Strings("controllers", st.Controllers), zap.Int64("memory_max", st.MemoryMax), zap.Int64("pids_max", st.PidsMax)}
+	if st.Moved {
+		fields = append(fields, zap.Bool("moved_self", true))
+	}
+	if st.Swept > 0 {
+		fields = append(fields, zap.Int("swept_stale", st.Swept))
+	}
+	if st.NoLimits != "" {
+		fields = append(fields, zap.String("limits_not_enforced", st.NoLimits))
+	}
+	log.Info("a cgroup per command", fields...)
+	backend.Cgroups = m
+	return m.Close, nil
+}
+
+// sizeFlag is a byte count with an optional K, M, G or T suffix (powers of
+// 1024).
+type sizeFlag int64
+
+func (s *sizeFlag) String() string { return strconv.FormatInt(int64(*s), 10) }
+
+func (s *sizeFlag) Set(v string) error {
+	n, err := parseSize(v)
+	if err != nil {
+		return err
+	}
+	*s = sizeFlag(n)
+	return nil
+}
+
+func parseSize(v string) (int64, error) {
+	t := strings.TrimSuffix(strings.ToUpper(strings.TrimSpace(v)), "B")
+	t = strings.TrimSuffix(t, "I")
+	shift := 0
+	if t != "" {
+		switch t[len(t)-1] {
+		case 'K':
+			shift = 10
+		case 'M':
+			shift = 20
+		case 'G':
+			shift = 30
+		case 'T':
+			shift = 40
+		}
+		if shift > 0 {
+			t = t[:len(t)-1]
+		}
+	}
+	n, err := strconv.ParseInt(t, 10, 64)
+	if err != nil || n < 0 || n > math.MaxInt64>>shift {
+		return 0, fmt.Errorf("%q is not a size (bytes, or with K, M, G or T)", v)
+	}
+	return n << shift, nil
 }
 
 // sandboxHelper is --sandbox-helper (executor serve and join).
@@ -217,6 +321,12 @@ func cmdExecutorServe(args []string, stdout, stderr io.Writer) int {
 	defer log.Sync()
 	cfg.Backend, cfg.Logger, cfg.Version = backend, log, version
 	useSandboxHelper(log)
+	closeCgroups, err := useCgroups(log, backend)
+	if err != nil {
+		fmt.Fprintln(stderr, "outpost:", err)
+		return 2
+	}
+	defer closeCgroups()
 	defer executorTracing(cfg, stderr)()
 	adminStopping, stopAdmin, err := startExecutorAdmin(*adminListen, cfg, stderr)
 	if err != nil {
@@ -352,6 +462,9 @@ func cmdDoctor(args []string, stdout, stderr io.Writer) int {
 	}
 	caps := sandbox.Probe()
 	for _, line := range caps.Report() {
+		fmt.Fprintln(stdout, line)
+	}
+	for _, line := range cgroup.ProbeMachine().Lines() {
 		fmt.Fprintln(stdout, line)
 	}
 	if err := caps.Check(sandbox.Policy{Mode: m, Network: *network}); err != nil {

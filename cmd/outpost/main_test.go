@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -13,6 +14,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -23,6 +25,7 @@ import (
 	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/outpost-exec/outpost/cgroup"
 	"github.com/outpost-exec/outpost/client"
 	"github.com/outpost-exec/outpost/identity"
 	"github.com/outpost-exec/outpost/protocol"
@@ -255,6 +258,51 @@ func TestDoctorReportsWhatIsEnforced(t *testing.T) {
 	if code := run([]string{"executor", "doctor", "--sandbox", "bogus"}, &out, &errb); code != 2 {
 		t.Fatalf("bad mode: exit %d", code)
 	}
+}
+
+// A command's descendants that left its process group with setsid die
+// with it on a timeout, and what commands left running dies with the
+// executor: each command has a cgroup.
+func TestTimeoutAndExecutorShutdownReachDescendantsThatCalledSetsid(t *testing.T) {
+	if p := cgroup.ProbeMachine(); p.Unavailable != nil {
+		t.Skipf("no per-command cgroups here: %v", p.Unavailable)
+	}
+	url, stop := startServe(t, "--listen", "tcp://127.0.0.1:0", "--state-dir", t.TempDir(), "--terminate-grace", "200ms")
+	escape := "setsid sleep 300 </dev/null >/dev/null 2>&1 & echo $!; "
+	pidOf := func(out string) int {
+		pid, err := strconv.Atoi(strings.TrimSpace(out))
+		if err != nil {
+			t.Fatalf("pid %q", out)
+		}
+		t.Cleanup(func() { syscall.Kill(pid, syscall.SIGKILL) })
+		return pid
+	}
+	waitGone := func(pid int, what string) {
+		for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+			b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+			if err != nil || strings.Contains(string(b), ") Z ") {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: process %d still runs", what, pid)
+			}
+		}
+	}
+	out, stderr, code := outpostExec(t, "", "--target", url, "--timeout", "300ms", "--", "sh", "-c", escape+"sleep 300")
+	if code != 124 {
+		t.Fatalf("exit %d, want 124; stderr %s", code, stderr)
+	}
+	waitGone(pidOf(out), "after the timeout")
+	out, stderr, code = outpostExec(t, "", "--target", url, "--", "sh", "-c", escape+"exit 0")
+	if code != 0 {
+		t.Fatalf("exit %d; stderr %s", code, stderr)
+	}
+	left := pidOf(out)
+	if _, err := os.Stat(fmt.Sprintf("/proc/%d", left)); err != nil {
+		t.Fatal("the background process died with its command")
+	}
+	stop()
+	waitGone(left, "after the executor stopped")
 }
 
 func outpostExec(t *testing.T, stdin string, args ...string) (string, string, int) {

@@ -275,6 +275,12 @@ func cmdExecutorJoin(args []string, stdout, stderr io.Writer) int {
 	}
 	cfg.Backend, cfg.Logger, cfg.Version = backend, log, version
 	useSandboxHelper(log)
+	closeCgroups, err := useCgroups(log, backend)
+	if err != nil {
+		fmt.Fprintln(stderr, "outpost:", err)
+		return exitUsage
+	}
+	defer closeCgroups()
 	defer executorTracing(cfg, stderr)()
 	adminStopping, stopAdmin, err := startExecutorAdmin(*adminListen, cfg, stderr)
 	if err != nil {
