@@ -1,7 +1,7 @@
 # outpost — build, test, benchmark.
 GO ?= go
 
-.PHONY: all build test fmt-check vet unit demo bench fuzz e2e soak
+.PHONY: all build test fmt-check vet unit demo bench fuzz e2e vm-kernel soak
 
 all: build
 
@@ -43,8 +43,13 @@ fuzz:
 
 # End-to-end tests with docker compose (needs a Docker engine, docker-compose
 # and busybox-static): deploy/docker-compose.yml, driven by e2e/.
-e2e:
+e2e: vm-kernel
 	$(GO) test -tags e2e -count=1 -v -timeout 20m ./e2e
+
+# QEMU and Debian's stock kernel for the e2e VM test of cgroup limits (this
+# machine binds the memory and pids controllers to cgroup v1); best effort.
+vm-kernel:
+	bash scripts/vm-kernel.sh .cache/vm || echo "vm-kernel: QEMU or the kernel is unavailable; the VM test will skip"
 
 # The soak (minutes): 100,000 commands and 10 GiB of checked output through
 # a relay; OUTPOST_SOAK_COMMANDS and OUTPOST_SOAK_GIB scale it.

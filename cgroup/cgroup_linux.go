@@ -54,14 +54,14 @@ func Open(cfg Config) (*Manager, error) {
 	if cfg.MaxLingering == 0 {
 		cfg.MaxLingering = DefaultConfig().MaxLingering
 	}
-	mount, rel, err := ownCgroup()
+	base, err := executorBase()
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrUnavailable, err)
 	}
 	if !kernelAtLeast(5, 7) {
 		return nil, fmt.Errorf("%w: starting a process inside a cgroup needs Linux 5.7 (CLONE_INTO_CGROUP)", ErrUnavailable)
 	}
-	m := &Manager{cfg: cfg, base: filepath.Join(mount, rel)}
+	m := &Manager{cfg: cfg, base: base}
 	// A second manager in one process gets a directory of its own, so a
 	// Cgroup of a closed manager can never name a live one's command.
 	name := fmt.Sprintf("outpost-%d", os.Getpid())
@@ -82,6 +82,27 @@ func Open(cfg Config) (*Manager, error) {
 	m.status.KillFile = err == nil
 	m.status.NoLimits = m.enableControllers()
 	return m, nil
+}
+
+// The executor's cgroup as it was at the first Open: after a move into
+// outpost-<pid>-self, later Managers still work beside that, not inside.
+var (
+	baseMu   sync.Mutex
+	baseDir  string
+	selfMove sync.Mutex // one move at a time
+)
+
+func executorBase() (string, error) {
+	baseMu.Lock()
+	defer baseMu.Unlock()
+	if baseDir == "" {
+		mount, rel, err := ownCgroup()
+		if err != nil {
+			return "", err
+		}
+		baseDir = filepath.Join(mount, rel)
+	}
+	return baseDir, nil
 }
 
 // ProbeMachine inspects this machine's cgroups without changing them.
@@ -157,6 +178,8 @@ func (m *Manager) enableControllers() string {
 func (m *Manager) delegate(controllers []string) error {
 	line := "+" + strings.Join(controllers, " +")
 	baseCtl := filepath.Join(m.base, "cgroup.subtree_control")
+	selfMove.Lock()
+	defer selfMove.Unlock()
 	err := os.WriteFile(baseCtl, []byte(line), 0)
 	if errors.Is(err, syscall.EBUSY) {
 		// M/X holds processes: move ourselves into a leaf and try again.

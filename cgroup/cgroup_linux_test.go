@@ -277,16 +277,28 @@ func TestLimitsAreEnforcedOrReportedWithTheReason(t *testing.T) {
 func TestPidsMaxStopsAForkBomb(t *testing.T) {
 	m := open(t, Config{PidsMax: 16})
 	if m.Status().PidsMax == 0 {
-		t.Skipf("pids limits are not enforced here: %s", m.Status().NoLimits)
+		skipOrFail(t, "pids limits are not enforced here: %s", m.Status().NoLimits)
 	}
-	cg, out := start(t, m, "for i in $(seq 40); do sleep 5 & done 2>/dev/null; sleep 0.1; ps -o pid= 2>/dev/null | wc -l; echo started")
+	cg, err := m.New()
+	if err != nil {
+		t.Fatal(err)
+	}
 	defer cg.Release()
-	defer cg.Kill()
-	if !strings.Contains(out, "started") {
-		t.Fatalf("output %q", out)
+	cmd := exec.Command(os.Args[0], "-test.run=^TestMain$")
+	cmd.Env = append(os.Environ(), "OUTPOST_CGROUP_TEST_FORKS=40")
+	cmd.SysProcAttr = &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: cg.FD()}
+	out, err := cmd.Output()
+	cg.Started()
+	if err != nil {
+		t.Fatalf("fork tester: %v (%s)", err, out)
 	}
-	if n := len(cg.Procs()); n > 16 {
-		t.Fatalf("%d processes under pids.max 16", n)
+	var forked, refused int
+	if _, err := fmt.Sscanf(string(out), "FORKED %d REFUSED %d", &forked, &refused); err != nil {
+		t.Fatalf("fork tester said %q", out)
+	}
+	// Its own threads count against pids.max too.
+	if refused == 0 || forked >= 16 {
+		t.Fatalf("forked %d, refused %d under pids.max 16", forked, refused)
 	}
 	if cg.PidsMaxHits() == 0 {
 		t.Fatal("pids.events counted no refused fork")
@@ -296,7 +308,7 @@ func TestPidsMaxStopsAForkBomb(t *testing.T) {
 func TestMemoryMaxKillsTheWholeCommand(t *testing.T) {
 	m := open(t, Config{MemoryMax: 32 << 20})
 	if m.Status().MemoryMax == 0 {
-		t.Skipf("memory limits are not enforced here: %s", m.Status().NoLimits)
+		skipOrFail(t, "memory limits are not enforced here: %s", m.Status().NoLimits)
 	}
 	cg, err := m.New()
 	if err != nil {
@@ -319,6 +331,26 @@ func TestMemoryMaxKillsTheWholeCommand(t *testing.T) {
 }
 
 func TestMain(m *testing.M) {
+	// A fork tester, for pids.max (also run by the e2e VM test): starts
+	// up to N sleepers, says how many forks the kernel refused.
+	if n, _ := strconv.Atoi(os.Getenv("OUTPOST_CGROUP_TEST_FORKS")); n > 0 {
+		var kids []*exec.Cmd
+		refused := 0
+		for range n {
+			c := exec.Command("sleep", "30")
+			if c.Start() != nil {
+				refused++
+				continue
+			}
+			kids = append(kids, c)
+		}
+		fmt.Printf("FORKED %d REFUSED %d\n", len(kids), refused)
+		for _, c := range kids {
+			c.Process.Kill()
+			c.Wait()
+		}
+		os.Exit(0)
+	}
 	if os.Getenv("OUTPOST_CGROUP_TEST_HOG") == "1" {
 		var hog [][]byte
 		for range 1024 { // 1 GiB, touched
@@ -331,6 +363,17 @@ func TestMain(m *testing.M) {
 		os.Exit(len(hog) & 0)
 	}
 	os.Exit(m.Run())
+}
+
+// skipOrFail skips a test of limits this machine cannot enforce, unless
+// OUTPOST_CGROUP_REQUIRE_LIMITS=1 says they must be (the e2e VM, whose
+// kernel has the controllers in cgroup v2).
+func skipOrFail(t *testing.T, format string, args ...any) {
+	t.Helper()
+	if os.Getenv("OUTPOST_CGROUP_REQUIRE_LIMITS") == "1" {
+		t.Fatalf(format, args...)
+	}
+	t.Skipf(format, args...)
 }
 
 func waitFor(t *testing.T, cond func() bool) {
@@ -370,5 +413,39 @@ func FuzzParseCgroup2Mount(f *testing.F) {
 		if err == nil && (mount == "" || root == "") {
 			t.Fatalf("empty mount %q or root %q without an error", mount, root)
 		}
+	})
+}
+
+// BenchmarkStartTrue measures what a cgroup adds to a command's start:
+// /bin/true with and without its own cgroup (made, entered by clone3,
+// removed).
+func BenchmarkStartTrue(b *testing.B) {
+	run := func(b *testing.B, attr func() (*syscall.SysProcAttr, func())) {
+		for b.Loop() {
+			a, done := attr()
+			cmd := exec.Command("/bin/true")
+			cmd.SysProcAttr = a
+			if err := cmd.Run(); err != nil {
+				b.Fatal(err)
+			}
+			done()
+		}
+	}
+	b.Run("process-group", func(b *testing.B) {
+		run(b, func() (*syscall.SysProcAttr, func()) { return &syscall.SysProcAttr{Setpgid: true}, func() {} })
+	})
+	b.Run("cgroup", func(b *testing.B) {
+		m, err := Open(Config{})
+		if err != nil {
+			b.Skip(err)
+		}
+		defer m.Close()
+		run(b, func() (*syscall.SysProcAttr, func()) {
+			cg, err := m.New()
+			if err != nil {
+				b.Fatal(err)
+			}
+			return &syscall.SysProcAttr{Setpgid: true, UseCgroupFD: true, CgroupFD: cg.FD()}, func() { cg.Started(); cg.Release() }
+		})
 	})
 }
