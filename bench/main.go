@@ -508,6 +508,7 @@ func (b *bench) sandboxOverhead() {
 		helper := filepath.Join(b.dir, "outpost-sandbox")
 		build := exec.Command("go", "build", "-o", helper, "./cmd/outpost-sandbox")
 		build.Dir, _ = peers.RepoRoot()
+		build.Env = append(os.Environ(), "CGO_ENABLED=0")
 		if out, err := build.CombinedOutput(); err != nil {
 			b.skip(metric, "outpost-sandbox-helper", fmt.Sprintf("go build: %v: %s", err, lastLines(out, 3)))
 		} else if err := sandbox.UseHelper(helper); err != nil {

@@ -67,6 +67,7 @@ func BuildOutpost(dir string) (string, error) {
 	bin := filepath.Join(dir, "outpost")
 	cmd := exec.Command("go", "build", "-o", bin, "./cmd/outpost")
 	cmd.Dir = root
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0") // static, as make build and the image
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("go build: %v\n%s", err, out)
 	}
