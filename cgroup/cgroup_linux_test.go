@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/outpost-exec/outpost/internal/proctest"
 )
 
 const testTimeout = 10 * time.Second
@@ -51,23 +53,15 @@ func start(t *testing.T, m *Manager, script string) (*Cgroup, string) {
 	return cg, strings.TrimSpace(string(out))
 }
 
-func waitGone(t *testing.T, pid int) {
-	t.Helper()
-	for deadline := time.Now().Add(testTimeout); alive(pid) && !zombie(pid); time.Sleep(5 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("process %d still runs", pid)
-		}
-	}
-}
+// watch follows pid by pidfd (pids are recycled) and kills it when the
+// test ends.
+func watch(t *testing.T, pid int) *proctest.Proc { t.Helper(); return proctest.Watch(t, pid) }
 
-func zombie(pid int) bool {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return true
+func waitGone(t *testing.T, p *proctest.Proc) {
+	t.Helper()
+	if !p.WaitGone(testTimeout) {
+		t.Fatalf("process %d still runs", p.Pid)
 	}
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	return i > 0 && i+2 < len(s) && s[i+2] == 'Z'
 }
 
 func TestCommandIsBornInItsOwnCgroup(t *testing.T) {
@@ -93,7 +87,7 @@ func TestSetsidDescendantCannotEscapeTheKill(t *testing.T) {
 	if err != nil {
 		t.Fatalf("pid %q", out)
 	}
-	defer syscall.Kill(pid, syscall.SIGKILL)
+	sleeper := watch(t, pid)
 	// A background job is not a group leader, so setsid(1) calls setsid
 	// itself: the sleeper leaves our process group and session.
 	waitFor(t, func() bool { sid, _ := unix.Getsid(pid); return sid == pid })
@@ -101,7 +95,7 @@ func TestSetsidDescendantCannotEscapeTheKill(t *testing.T) {
 		t.Fatal("the cgroup is empty while the escaped sleeper runs")
 	}
 	cg.Kill()
-	waitGone(t, pid)
+	waitGone(t, sleeper)
 	waitFor(t, func() bool { return !cg.Populated() })
 	cg.Release()
 	if _, err := os.Stat(cg.Dir()); !os.IsNotExist(err) {
@@ -113,10 +107,13 @@ func TestSignalReachesEveryMember(t *testing.T) {
 	m := open(t, Config{})
 	cg, _ := start(t, m, "for i in 1 2 3; do setsid sleep 300 </dev/null >/dev/null 2>&1 & done")
 	waitFor(t, func() bool { return len(cg.Procs()) == 3 })
-	pids := cg.Procs()
+	var procs []*proctest.Proc
+	for _, pid := range cg.Procs() {
+		procs = append(procs, watch(t, pid))
+	}
 	cg.Signal(syscall.SIGTERM)
-	for _, pid := range pids {
-		waitGone(t, pid)
+	for _, p := range procs {
+		waitGone(t, p)
 	}
 	waitFor(t, func() bool { return !cg.Populated() })
 	cg.Release()
@@ -129,13 +126,15 @@ func TestFinishedCommandsBackgroundProcessesKeepItsCgroupUntilTheyEnd(t *testing
 	if _, err := os.Stat(quick.Dir()); !os.IsNotExist(err) {
 		t.Fatalf("an empty cgroup was kept: %v", err)
 	}
-	cg, out := start(t, m, "sleep 0.3 </dev/null >/dev/null 2>&1 & echo $!")
+	cg, out := start(t, m, "sleep 300 </dev/null >/dev/null 2>&1 & echo $!")
 	pid, _ := strconv.Atoi(out)
+	background := watch(t, pid)
 	cg.Release()
 	if m.Lingering() != 1 {
 		t.Fatalf("lingering %d, want 1", m.Lingering())
 	}
-	waitGone(t, pid)
+	background.Kill() // it ends on its own terms
+	waitGone(t, background)
 	waitFor(t, func() bool { return !cg.Populated() })
 	m.mu.Lock()
 	m.lastSweep = time.Time{}
@@ -152,19 +151,18 @@ func TestFinishedCommandsBackgroundProcessesKeepItsCgroupUntilTheyEnd(t *testing
 
 func TestLingeringBoundKillsTheOldest(t *testing.T) {
 	m := open(t, Config{MaxLingering: 2})
-	var pids []int
+	var procs []*proctest.Proc
 	for range 3 {
 		cg, out := start(t, m, "sleep 300 </dev/null >/dev/null 2>&1 & echo $!")
 		pid, _ := strconv.Atoi(out)
-		defer syscall.Kill(pid, syscall.SIGKILL)
-		pids = append(pids, pid)
+		procs = append(procs, watch(t, pid))
 		cg.Release()
 	}
 	if n := m.Lingering(); n != 2 {
 		t.Fatalf("lingering %d, want 2", n)
 	}
-	waitGone(t, pids[0])
-	if !alive(pids[1]) || !alive(pids[2]) {
+	waitGone(t, procs[0])
+	if procs[1].Gone() || procs[2].Gone() {
 		t.Fatal("a newer lingering process was killed")
 	}
 }
@@ -185,7 +183,7 @@ func TestCloseKillsEverythingAndRemovesItsCgroups(t *testing.T) {
 	go func() { done <- cmd.Wait() }()
 	left, out := start(t, m, "setsid sleep 300 </dev/null >/dev/null 2>&1 & echo $!")
 	pid, _ := strconv.Atoi(out)
-	defer syscall.Kill(pid, syscall.SIGKILL)
+	leftover := watch(t, pid)
 	left.Release()
 	m.Close()
 	select {
@@ -193,7 +191,7 @@ func TestCloseKillsEverythingAndRemovesItsCgroups(t *testing.T) {
 	case <-time.After(testTimeout):
 		t.Fatal("a running command survived Close")
 	}
-	waitGone(t, pid)
+	waitGone(t, leftover)
 	if _, err := os.Stat(m.dir); !os.IsNotExist(err) {
 		t.Fatalf("%s was not removed: %v", m.dir, err)
 	}

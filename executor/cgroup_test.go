@@ -6,13 +6,13 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/outpost-exec/outpost/cgroup"
+	"github.com/outpost-exec/outpost/internal/proctest"
 )
 
 // cgroupBackend is a LocalBackend that gives every command a cgroup; the
@@ -36,7 +36,7 @@ func cgroupBackend(t *testing.T) *LocalBackend {
 // escapee starts a shell that puts a sleeper in a session of its own —
 // out of the command's process group — and then waits; it returns the
 // process and the sleeper's pid.
-func escapee(t *testing.T, b *LocalBackend, then string) (Process, int) {
+func escapee(t *testing.T, b *LocalBackend, then string) (Process, *proctest.Proc) {
 	t.Helper()
 	p := startLocal(t, b, Spec{Argv: []string{"/bin/sh", "-c", "setsid sleep 300 </dev/null >/dev/null 2>&1 & echo $!; " + then}})
 	out := waitOutput(t, p, "\n")
@@ -44,7 +44,7 @@ func escapee(t *testing.T, b *LocalBackend, then string) (Process, int) {
 	if err != nil {
 		t.Fatalf("sleeper pid: %q", out)
 	}
-	t.Cleanup(func() { syscall.Kill(pid, syscall.SIGKILL) })
+	sleeper := proctest.Watch(t, pid)
 	for deadline := time.Now().Add(testTimeout); ; time.Sleep(5 * time.Millisecond) {
 		if sid, _ := unix.Getsid(pid); sid == pid {
 			break
@@ -53,36 +53,24 @@ func escapee(t *testing.T, b *LocalBackend, then string) (Process, int) {
 			t.Fatal("the sleeper never left the session")
 		}
 	}
-	return p, pid
+	return p, sleeper
 }
 
-func gone(pid int) bool {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return true
-	}
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	return i > 0 && i+2 < len(s) && s[i+2] == 'Z' // a zombie no one reaps
-}
-
-func waitGoneOrFail(t *testing.T, pid int, what string) {
+func waitGoneOrFail(t *testing.T, p *proctest.Proc, what string) {
 	t.Helper()
-	for deadline := time.Now().Add(testTimeout); !gone(pid); time.Sleep(5 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: process %d still runs", what, pid)
-		}
+	if !p.WaitGone(testTimeout) {
+		t.Fatalf("%s: process %d still runs", what, p.Pid)
 	}
 }
 
 func TestTerminateKillsADescendantThatCalledSetsid(t *testing.T) {
 	b := cgroupBackend(t)
-	p, pid := escapee(t, b, "sleep 300")
+	p, sleeper := escapee(t, b, "sleep 300")
 	if !p.Terminate() {
 		t.Fatal("terminate reported not running")
 	}
 	collect(t, p)
-	waitGoneOrFail(t, pid, "after terminate")
+	waitGoneOrFail(t, sleeper, "after terminate")
 }
 
 // The leader exits on TERM at once; the escaped descendant ignores TERM,
@@ -101,14 +89,14 @@ func TestTerminateKillsAnEscapedDescendantThatIgnoresTERMAfterTheGrace(t *testin
 			t.Fatal("the escapee never became ready")
 		}
 	}
-	t.Cleanup(func() { syscall.Kill(pid, syscall.SIGKILL) })
+	escaped := proctest.Watch(t, pid)
 	terminated := time.Now()
 	p.Terminate()
 	collect(t, p) // the leader is gone; the escapee ignores TERM
-	if gone(pid) {
+	if escaped.Gone() {
 		t.Fatal("the escapee died of TERM, which it ignores")
 	}
-	waitGoneOrFail(t, pid, "after the grace")
+	waitGoneOrFail(t, escaped, "after the grace")
 	if d := time.Since(terminated); d < b.TerminateGrace {
 		t.Fatalf("killed after %v, before the grace of %v", d, b.TerminateGrace)
 	}
@@ -118,9 +106,9 @@ func TestTerminateKillsAnEscapedDescendantThatIgnoresTERMAfterTheGrace(t *testin
 // it runs on after the command ends, until a terminate or Kill reaches it.
 func TestBackgroundProcessOutlivesItsCommandUntilKilled(t *testing.T) {
 	b := cgroupBackend(t)
-	p, pid := escapee(t, b, "exit 0")
+	p, background := escapee(t, b, "exit 0")
 	collect(t, p)
-	if gone(pid) {
+	if background.Gone() {
 		t.Fatal("the background process died with its command")
 	}
 	for deadline := time.Now().Add(testTimeout); b.Cgroups.Lingering() != 1; time.Sleep(5 * time.Millisecond) {
@@ -128,18 +116,18 @@ func TestBackgroundProcessOutlivesItsCommandUntilKilled(t *testing.T) {
 			t.Fatalf("lingering cgroups %d, want 1", b.Cgroups.Lingering())
 		}
 	}
-	if !p.Terminate() && gone(pid) {
-		t.Fatal("unreachable")
+	if p.Terminate() {
+		t.Fatal("terminate of a finished command reported it running")
 	}
-	waitGoneOrFail(t, pid, "after terminate of the finished command")
+	waitGoneOrFail(t, background, "after terminate of the finished command")
 }
 
 func TestClosingTheCgroupsKillsWhatCommandsLeftBehind(t *testing.T) {
 	b := cgroupBackend(t)
-	p, pid := escapee(t, b, "exit 0")
+	p, background := escapee(t, b, "exit 0")
 	collect(t, p)
 	b.Cgroups.Close()
-	waitGoneOrFail(t, pid, "after the executor's cgroups closed")
+	waitGoneOrFail(t, background, "after the executor's cgroups closed")
 }
 
 // Without cgroups the same escapee survives a terminate: the failure the
@@ -147,10 +135,10 @@ func TestClosingTheCgroupsKillsWhatCommandsLeftBehind(t *testing.T) {
 func TestWithoutCgroupsASetsidDescendantEscapesTerminate(t *testing.T) {
 	b := NewLocalBackend()
 	b.TerminateGrace = 50 * time.Millisecond
-	p, pid := escapee(t, b, "sleep 300")
+	p, sleeper := escapee(t, b, "sleep 300")
 	p.Terminate()
 	collect(t, p)
-	if gone(pid) {
+	if sleeper.Gone() {
 		t.Fatal("the escapee died without cgroups; this test no longer shows what cgroups add")
 	}
 }

@@ -6,7 +6,6 @@ import (
 	"context"
 	"encoding/hex"
 	"encoding/json"
-	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -28,6 +27,7 @@ import (
 	"github.com/outpost-exec/outpost/cgroup"
 	"github.com/outpost-exec/outpost/client"
 	"github.com/outpost-exec/outpost/identity"
+	"github.com/outpost-exec/outpost/internal/proctest"
 	"github.com/outpost-exec/outpost/protocol"
 	"github.com/outpost-exec/outpost/sandbox"
 )
@@ -269,40 +269,44 @@ func TestTimeoutAndExecutorShutdownReachDescendantsThatCalledSetsid(t *testing.T
 	}
 	url, stop := startServe(t, "--listen", "tcp://127.0.0.1:0", "--state-dir", t.TempDir(), "--terminate-grace", "200ms")
 	escape := "setsid sleep 300 </dev/null >/dev/null 2>&1 & echo $!; "
-	pidOf := func(out string) int {
-		pid, err := strconv.Atoi(strings.TrimSpace(out))
-		if err != nil {
-			t.Fatalf("pid %q", out)
+	// run starts outpost exec and watches the escapee (by pidfd: pids are
+	// recycled) as soon as it prints its pid, while it surely runs.
+	run := func(args ...string) (*proctest.Proc, int) {
+		cmd := exec.Command(outpostBin, append([]string{"exec", "--target", url}, args...)...)
+		stdout, _ := cmd.StdoutPipe()
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
 		}
-		t.Cleanup(func() { syscall.Kill(pid, syscall.SIGKILL) })
-		return pid
-	}
-	waitGone := func(pid int, what string) {
-		for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-			b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-			if err != nil || strings.Contains(string(b), ") Z ") {
-				return
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: process %d still runs", what, pid)
-			}
+		line, err := bufio.NewReader(stdout).ReadString('\n')
+		pid, perr := strconv.Atoi(strings.TrimSpace(line))
+		if err != nil || perr != nil {
+			cmd.Wait()
+			t.Fatalf("no pid (%q, %v): %s", line, err, stderr.String())
 		}
+		escaped := proctest.Watch(t, pid)
+		cmd.Wait()
+		return escaped, cmd.ProcessState.ExitCode()
 	}
-	out, stderr, code := outpostExec(t, "", "--target", url, "--timeout", "300ms", "--", "sh", "-c", escape+"sleep 300")
+	escaped, code := run("--timeout", "300ms", "--", "sh", "-c", escape+"sleep 300")
 	if code != 124 {
-		t.Fatalf("exit %d, want 124; stderr %s", code, stderr)
+		t.Fatalf("exit %d, want 124", code)
 	}
-	waitGone(pidOf(out), "after the timeout")
-	out, stderr, code = outpostExec(t, "", "--target", url, "--", "sh", "-c", escape+"exit 0")
+	if !escaped.WaitGone(20 * time.Second) {
+		t.Fatal("the escapee survived the timeout")
+	}
+	left, code := run("--", "sh", "-c", escape+"exit 0")
 	if code != 0 {
-		t.Fatalf("exit %d; stderr %s", code, stderr)
+		t.Fatalf("exit %d", code)
 	}
-	left := pidOf(out)
-	if _, err := os.Stat(fmt.Sprintf("/proc/%d", left)); err != nil {
+	if left.Gone() {
 		t.Fatal("the background process died with its command")
 	}
 	stop()
-	waitGone(left, "after the executor stopped")
+	if !left.WaitGone(20 * time.Second) {
+		t.Fatal("the background process survived the executor")
+	}
 }
 
 func outpostExec(t *testing.T, stdin string, args ...string) (string, string, int) {
