@@ -37,7 +37,8 @@ OUTPOST_CGROUP_REQUIRE_LIMITS=1 run_in unit-tests /cgroup.test -test.v -test.cou
 echo "STEP unit-tests $?"
 echo "MOVED $(ls /sys/fs/cgroup/unit-tests | grep -c -- '-self$')"
 
-run_in executor outpost executor serve --listen unix:///tmp/ex.sock --state-dir /tmp/ex --memory-max 64M --pids-max 32 >/tmp/serve.out 2>/tmp/serve.log &
+ip link set lo up
+run_in executor outpost executor serve --listen unix:///tmp/ex.sock --state-dir /tmp/ex --memory-max 64M --pids-max 32 --admin-listen 127.0.0.1:9100 >/tmp/serve.out 2>/tmp/serve.log &
 for i in $(seq 300); do [ -S /tmp/ex.sock ] && break; sleep 0.1; done
 cat /tmp/serve.log
 T=unix:///tmp/ex.sock
@@ -51,6 +52,9 @@ echo "STEP fork-loop $?"
 outpost exec --target $T -- sh -c 'cat /sys/fs/cgroup$(cut -d: -f3 /proc/self/cgroup)/memory.max /sys/fs/cgroup$(cut -d: -f3 /proc/self/cgroup)/pids.max'
 echo "STEP limits-in-place $?"
 
+wget -qO- http://127.0.0.1:9100/metrics | grep -E '^outpost_executor_(oom_kills_total|pids_limit_refusals_total|cgroups_lingering) '
+echo "STEP metrics $?"
+
 outpost executor doctor >/tmp/doctor.out; echo "STEP doctor $?"; cat /tmp/doctor.out
 poweroff -f
 `
@@ -60,7 +64,8 @@ poweroff -f
 // cannot be tried here) and checks, on a real kernel: the cgroup package's
 // tests with limits required; an executor given --memory-max 64M and
 // --pids-max 32 has a memory hog OOM-killed (137) and a fork loop held to
-// 32 processes; the limits are in its commands' cgroups; doctor agrees.
+// 32 processes; the limits are in its commands' cgroups, its metrics count
+// the hits, and doctor agrees.
 func TestCgroupLimitsOnAKernelWithTheControllers(t *testing.T) {
 	root, err := peers.RepoRoot()
 	if err != nil {
@@ -105,7 +110,7 @@ func TestCgroupLimitsOnAKernelWithTheControllers(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(rootfs, "bin", "busybox"), bb, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	for _, applet := range strings.Fields("sh mount mkdir echo cat sleep setsid seq awk wc cut ls grep true poweroff") {
+	for _, applet := range strings.Fields("sh mount mkdir echo cat sleep setsid seq awk wc cut ls grep true ip wget poweroff") {
 		if err := os.Symlink("busybox", filepath.Join(rootfs, "bin", applet)); err != nil {
 			t.Fatal(err)
 		}
@@ -150,7 +155,7 @@ func TestCgroupLimitsOnAKernelWithTheControllers(t *testing.T) {
 	for _, s := range []struct {
 		name string
 		want int
-	}{{"unit-tests", 0}, {"memory-hog", 137}, {"fork-loop", 0}, {"limits-in-place", 0}, {"doctor", 0}} {
+	}{{"unit-tests", 0}, {"memory-hog", 137}, {"fork-loop", 0}, {"limits-in-place", 0}, {"metrics", 0}, {"doctor", 0}} {
 		got, ok := steps[s.name]
 		if !ok {
 			fail("step %s did not run", s.name)
@@ -176,6 +181,13 @@ func TestCgroupLimitsOnAKernelWithTheControllers(t *testing.T) {
 	}
 	if !strings.Contains(console, "67108864\n32\n") {
 		fail("a command's cgroup lacks memory.max 64M and pids.max 32")
+	}
+	for _, metric := range []string{"outpost_executor_oom_kills_total", "outpost_executor_pids_limit_refusals_total"} {
+		m := regexp.MustCompile(`(?m)^` + metric + ` (\d+)`).FindStringSubmatch(console)
+		if m == nil || m[1] == "0" {
+			fail("%s did not count the limit's hits", metric)
+		}
+		t.Log(m[0])
 	}
 	if !strings.Contains(console, "enforceable: per-command memory limit") || !strings.Contains(console, "enforceable: per-command pids limit") {
 		fail("doctor does not report the limits as enforceable")

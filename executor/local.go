@@ -311,6 +311,8 @@ type localProcess struct {
 	stdin    *stdinQueue
 	ids      writeIDs
 	cg       *cgroup.Cgroup // nil without cgroups
+	// What the cgroup's limits refused, read as the process exits.
+	oomKills, pidsRefusals atomic.Int64
 
 	streams []*outStream
 
@@ -320,6 +322,12 @@ type localProcess struct {
 }
 
 func (p *localProcess) Log() *EventLog { return p.log }
+
+// LimitHits reports how many of the command's processes the OOM killer
+// took and how many forks pids.max refused (both 0 without a cgroup).
+func (p *localProcess) LimitHits() (oomKills, pidsRefusals int) {
+	return int(p.oomKills.Load()), int(p.pidsRefusals.Load())
+}
 
 // Pid is the child's process id (and process group).
 func (p *localProcess) Pid() int { return p.pgid }
@@ -463,6 +471,10 @@ func (p *localProcess) wait() {
 	}
 	p.awaitWrittenOutput()
 	denied := p.classify != nil && p.classify(code, sig, p.log.RetainedLines)
+	if p.cg != nil {
+		p.oomKills.Store(int64(p.cg.OOMKills()))
+		p.pidsRefusals.Store(int64(p.cg.PidsMaxHits()))
+	}
 	p.log.ExitBySignal(code, sig, denied)
 	if p.cg != nil {
 		go func() {

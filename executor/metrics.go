@@ -15,6 +15,9 @@ type Metrics struct {
 	// log's totals, so the hot output path stays free of metric calls.
 	evictedChunks prometheus.Counter
 	evictedBytes  prometheus.Counter
+	// Limit hits are read from the command's cgroup as it exits.
+	oomKills     prometheus.Counter
+	pidsRefusals prometheus.Counter
 }
 
 // NewMetrics registers the executor's metrics on reg.
@@ -26,8 +29,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		running:       prometheus.NewGauge(prometheus.GaugeOpts{Name: "outpost_executor_processes_running", Help: "Processes started and not yet exited."}),
 		evictedChunks: prometheus.NewCounter(prometheus.CounterOpts{Name: "outpost_executor_retention_evicted_chunks_total", Help: "Output chunks dropped from a process's retention buffer before any reader took them (counted when the process closes)."}),
 		evictedBytes:  prometheus.NewCounter(prometheus.CounterOpts{Name: "outpost_executor_retention_evicted_bytes_total", Help: "Output bytes dropped from retention before any reader took them (counted when the process closes)."}),
+		oomKills:      prometheus.NewCounter(prometheus.CounterOpts{Name: "outpost_executor_oom_kills_total", Help: "Processes the OOM killer took inside commands' cgroups (--memory-max)."}),
+		pidsRefusals:  prometheus.NewCounter(prometheus.CounterOpts{Name: "outpost_executor_pids_limit_refusals_total", Help: "Forks refused inside commands' cgroups (--pids-max)."}),
 	}
-	reg.MustRegister(m.starts, m.exits, m.denials, m.running, m.evictedChunks, m.evictedBytes)
+	reg.MustRegister(m.starts, m.exits, m.denials, m.running, m.evictedChunks, m.evictedBytes, m.oomKills, m.pidsRefusals)
 	return m
 }
 
@@ -35,6 +40,14 @@ func (m *Metrics) started() {
 	if m != nil {
 		m.starts.Inc()
 		m.running.Inc()
+	}
+}
+
+// limitHits records what a command's cgroup limits refused it.
+func (m *Metrics) limitHits(oomKills, pidsRefusals int) {
+	if m != nil {
+		m.oomKills.Add(float64(oomKills))
+		m.pidsRefusals.Add(float64(pidsRefusals))
 	}
 }
 

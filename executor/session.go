@@ -269,6 +269,9 @@ func (s *Session) Start(ctx context.Context, p protocol.ExecParams) (res protoco
 			<-proc.Log().Closed()
 			snap := proc.Log().Snapshot()
 			m.exited(snap)
+			if lp, ok := proc.(interface{ LimitHits() (int, int) }); ok {
+				m.limitHits(lp.LimitHits())
+			}
 			if pspan != nil {
 				finishProcessSpan(pspan, snap)
 			}

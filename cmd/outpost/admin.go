@@ -23,6 +23,12 @@ func startExecutorAdmin(addr string, cfg *executor.Config, stderr io.Writer) (st
 	}
 	reg := prometheus.NewRegistry()
 	cfg.Metrics = executor.NewMetrics(reg)
+	if lb, ok := cfg.Backend.(*executor.LocalBackend); ok && lb.Cgroups != nil {
+		m := lb.Cgroups
+		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "outpost_executor_cgroups_lingering",
+			Help: "Cgroups of finished commands whose background processes still run (bounded; the oldest is killed past it)."},
+			func() float64 { return float64(m.Lingering()) }))
+	}
 	s, err := admin.Listen(addr, reg)
 	if err != nil {
 		return nil, nil, fmt.Errorf("--admin-listen: %w", err)
