@@ -52,6 +52,9 @@ echo "STEP fork-loop $?"
 outpost exec --target $T -- sh -c 'cat /sys/fs/cgroup$(cut -d: -f3 /proc/self/cgroup)/memory.max /sys/fs/cgroup$(cut -d: -f3 /proc/self/cgroup)/pids.max'
 echo "STEP limits-in-place $?"
 
+outpost exec --target $T --sandbox read-only -- sh -c 'echo "SANDBOXED-PIDS-MAX $(cat /sys/fs/cgroup$(cut -d: -f3 /proc/self/cgroup)/pids.max)"'
+echo "STEP sandboxed-limits $?"
+
 wget -qO- http://127.0.0.1:9100/metrics | grep -E '^outpost_executor_(oom_kills_total|pids_limit_refusals_total|cgroups_lingering) '
 echo "STEP metrics $?"
 
@@ -155,7 +158,7 @@ func TestCgroupLimitsOnAKernelWithTheControllers(t *testing.T) {
 	for _, s := range []struct {
 		name string
 		want int
-	}{{"unit-tests", 0}, {"memory-hog", 137}, {"fork-loop", 0}, {"limits-in-place", 0}, {"metrics", 0}, {"doctor", 0}} {
+	}{{"unit-tests", 0}, {"memory-hog", 137}, {"fork-loop", 0}, {"limits-in-place", 0}, {"sandboxed-limits", 0}, {"metrics", 0}, {"doctor", 0}} {
 		got, ok := steps[s.name]
 		if !ok {
 			fail("step %s did not run", s.name)
@@ -178,6 +181,9 @@ func TestCgroupLimitsOnAKernelWithTheControllers(t *testing.T) {
 	// The tester's own threads count against pids.max too.
 	if forked, _ := strconv.Atoi(m[1]); forked >= 32 || forked < 8 || m[2] == "0" {
 		fail("the fork tester started %s and was refused %s under --pids-max 32", m[1], m[2])
+	}
+	if !strings.Contains(console, "SANDBOXED-PIDS-MAX 32\n") {
+		fail("a sandboxed command is not in a cgroup with the limits")
 	}
 	if !strings.Contains(console, "67108864\n32\n") {
 		fail("a command's cgroup lacks memory.max 64M and pids.max 32")

@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -288,6 +289,11 @@ func TestTimeoutAndExecutorShutdownReachDescendantsThatCalledSetsid(t *testing.T
 		escaped := proctest.Watch(t, pid)
 		cmd.Wait()
 		return escaped, cmd.ProcessState.ExitCode()
+	}
+	// Sandboxed commands get one too (the helper is born in it).
+	out, stderr, code := outpostExec(t, "", "--target", url, "--sandbox", "workspace-write", "--", "cat", "/proc/self/cgroup")
+	if code != 0 || !regexp.MustCompile(`(?m)^0::/.*outpost-[0-9]+/cmd-[0-9]+$`).MatchString(out) {
+		t.Fatalf("a sandboxed command's cgroup: exit %d\n%s%s", code, out, stderr)
 	}
 	escaped, code := run("--timeout", "300ms", "--", "sh", "-c", escape+"sleep 300")
 	if code != 124 {
