@@ -24,6 +24,7 @@ import (
 
 	"github.com/hashicorp/yamux"
 
+	"github.com/outpost-exec/outpost/cgroup"
 	"github.com/outpost-exec/outpost/client"
 	"github.com/outpost-exec/outpost/identity"
 	"github.com/outpost-exec/outpost/transport"
@@ -174,8 +175,9 @@ func (d *daemon) metric(t testing.TB, name string) float64 {
 }
 
 // usage is what must not grow: goroutines, open fds, child processes
-// (zombies included).
-type usage struct{ goroutines, fds, children int }
+// (zombies included), and an executor's per-command cgroups and the
+// processes in them (which catches descendants that left with setsid).
+type usage struct{ goroutines, fds, children, cgroups, cgroupProcs int }
 
 func (d *daemon) usage(t testing.TB) usage {
 	t.Helper()
@@ -184,7 +186,28 @@ func (d *daemon) usage(t testing.TB) usage {
 	if err != nil {
 		t.Fatalf("%s: %v", d.name, err)
 	}
-	return usage{goroutines: int(d.metric(t, "go_goroutines")), fds: len(fds), children: len(childrenOf(pid))}
+	u := usage{goroutines: int(d.metric(t, "go_goroutines")), fds: len(fds), children: len(childrenOf(pid))}
+	u.cgroups, u.cgroupProcs = commandCgroups(pid)
+	return u
+}
+
+// commandCgroups counts the per-command cgroups of the daemon with this
+// pid and the processes in them (0, 0 without cgroups).
+func commandCgroups(pid int) (cgroups, procs int) {
+	p := cgroup.ProbeMachine()
+	if p.Unavailable != nil {
+		return 0, 0
+	}
+	dir := filepath.Join(p.Base, "outpost-"+strconv.Itoa(pid))
+	entries, _ := os.ReadDir(dir)
+	for _, e := range entries {
+		if e.IsDir() && strings.HasPrefix(e.Name(), "cmd-") {
+			cgroups++
+			b, _ := os.ReadFile(filepath.Join(dir, e.Name(), "cgroup.procs"))
+			procs += len(strings.Fields(string(b)))
+		}
+	}
+	return cgroups, procs
 }
 
 // childrenOf lists the processes whose parent is pid.
@@ -218,7 +241,8 @@ func settle(t testing.TB, base map[*daemon]usage) {
 		for {
 			code, _, err := d.get("/readyz")
 			u := d.usage(t)
-			if err == nil && code == 200 && u.goroutines <= b.goroutines && u.fds <= b.fds && u.children <= b.children {
+			if err == nil && code == 200 && u.goroutines <= b.goroutines && u.fds <= b.fds && u.children <= b.children &&
+				u.cgroups <= b.cgroups && u.cgroupProcs <= b.cgroupProcs {
 				break
 			}
 			if d.cmd.ProcessState != nil {
