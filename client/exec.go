@@ -118,8 +118,11 @@ type ExecResult struct {
 	Signal        int // the signal that killed it, 0 if none
 	TimedOut      bool
 	SandboxDenied bool
-	Stdout        CappedOutput
-	Stderr        CappedOutput
+	// Limit is the executor's resource limit the command ran into
+	// (protocol.LimitMemory, LimitPids; "" if none).
+	Limit  string
+	Stdout CappedOutput
+	Stderr CappedOutput
 	// Output is stdout and stderr together, in arrival order (capped
 	// like each stream).
 	Output   CappedOutput
@@ -236,7 +239,7 @@ func Exec(ctx context.Context, env Environment, req ExecRequest) (ExecResult, er
 				all.write(ev.Data)
 			case EventExited:
 				exited = true
-				res.ExitCode, res.Signal, res.SandboxDenied = int(ev.ExitCode), int(ev.Signal), ev.SandboxDenied
+				res.ExitCode, res.Signal, res.SandboxDenied, res.Limit = int(ev.ExitCode), int(ev.Signal), ev.SandboxDenied, ev.Limit
 				t := time.NewTimer(drain)
 				defer t.Stop()
 				drainC = t.C

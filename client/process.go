@@ -44,7 +44,10 @@ type Event struct {
 	ExitCode      int32
 	Signal        int32 // EventExited: the signal that killed it, 0 if none
 	SandboxDenied bool  // EventExited
-	Err           error
+	// Limit is the executor's resource limit the command ran into
+	// (protocol.LimitMemory, LimitPids; "" if none). EventExited.
+	Limit string
+	Err   error
 }
 
 // ErrOutputLost says output was evicted on the executor before the client

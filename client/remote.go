@@ -279,7 +279,7 @@ func readEvents(res protocol.ReadResult) []Event {
 		limit = res.Chunks[n-1].Seq + 1
 	}
 	if res.Exited && res.ExitSeq > 0 && res.ExitSeq < limit+1 && res.ExitCode != nil {
-		evs = append(evs, Event{Kind: EventExited, Seq: res.ExitSeq, ExitCode: *res.ExitCode, SandboxDenied: res.SandboxDenied})
+		evs = append(evs, Event{Kind: EventExited, Seq: res.ExitSeq, ExitCode: *res.ExitCode, SandboxDenied: res.SandboxDenied, Limit: res.Limit})
 	}
 	if res.Closed && res.CloseSeq > 0 && res.CloseSeq < limit+2 {
 		evs = append(evs, Event{Kind: EventClosed, Seq: res.CloseSeq})
@@ -318,7 +318,7 @@ func (r *Remote) route(method string, params transport.Params, block bool) {
 			return
 		}
 		denied := n.SandboxDenied != nil && *n.SandboxDenied
-		pid, ev = n.ProcessID, Event{Kind: EventExited, Seq: n.Seq, ExitCode: n.ExitCode, Signal: n.Signal, SandboxDenied: denied}
+		pid, ev = n.ProcessID, Event{Kind: EventExited, Seq: n.Seq, ExitCode: n.ExitCode, Signal: n.Signal, SandboxDenied: denied, Limit: n.Limit}
 	case protocol.MethodProcessClosed:
 		var n protocol.ClosedNotification
 		if params.Decode(&n) != nil {

@@ -49,6 +49,9 @@ echo "STEP memory-hog $?"
 outpost exec --target $T --env OUTPOST_CGROUP_TEST_FORKS=100 -- /cgroup.test
 echo "STEP fork-loop $?"
 
+outpost exec --target $T --json -- sh -c 'for i in $(seq 100); do sleep 5 & done'
+echo "STEP shell-fork-bomb $?"
+
 outpost exec --target $T -- sh -c 'cat /sys/fs/cgroup$(cut -d: -f3 /proc/self/cgroup)/memory.max /sys/fs/cgroup$(cut -d: -f3 /proc/self/cgroup)/pids.max'
 echo "STEP limits-in-place $?"
 
@@ -158,7 +161,7 @@ func TestCgroupLimitsOnAKernelWithTheControllers(t *testing.T) {
 	for _, s := range []struct {
 		name string
 		want int
-	}{{"unit-tests", 0}, {"memory-hog", 137}, {"fork-loop", 0}, {"limits-in-place", 0}, {"sandboxed-limits", 0}, {"metrics", 0}, {"doctor", 0}} {
+	}{{"unit-tests", 0}, {"memory-hog", 137}, {"fork-loop", 0}, {"shell-fork-bomb", 2}, {"limits-in-place", 0}, {"sandboxed-limits", 0}, {"metrics", 0}, {"doctor", 0}} {
 		got, ok := steps[s.name]
 		if !ok {
 			fail("step %s did not run", s.name)
@@ -181,6 +184,13 @@ func TestCgroupLimitsOnAKernelWithTheControllers(t *testing.T) {
 	// The tester's own threads count against pids.max too.
 	if forked, _ := strconv.Atoi(m[1]); forked >= 32 || forked < 8 || m[2] == "0" {
 		fail("the fork tester started %s and was refused %s under --pids-max 32", m[1], m[2])
+	}
+	// The client is told which limit the command ran into.
+	if !strings.Contains(console, "outpost exec: the command ran out of memory") {
+		fail("outpost exec did not say the memory hog hit --memory-max")
+	}
+	if !regexp.MustCompile(`"limit":"pids"`).MatchString(console) || !strings.Contains(console, "reached the executor's --pids-max") {
+		fail("outpost exec did not say the shell's forks were refused by --pids-max")
 	}
 	if !strings.Contains(console, "SANDBOXED-PIDS-MAX 32\n") {
 		fail("a sandboxed command is not in a cgroup with the limits")

@@ -508,7 +508,7 @@ func eventParams(id string, ev *Event) any {
 	switch ev.Kind {
 	case EventExited:
 		denied := ev.SandboxDenied
-		return &protocol.ExitedNotification{ProcessID: id, Seq: ev.Seq, ExitCode: ev.ExitCode, Signal: ev.Signal, SandboxDenied: &denied}
+		return &protocol.ExitedNotification{ProcessID: id, Seq: ev.Seq, ExitCode: ev.ExitCode, Signal: ev.Signal, SandboxDenied: &denied, Limit: ev.Limit}
 	case EventClosed:
 		return &protocol.ClosedNotification{ProcessID: id, Seq: ev.Seq}
 	}

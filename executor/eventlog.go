@@ -42,6 +42,7 @@ type Event struct {
 	ExitCode      int32           // EventExited only
 	Signal        int32           // EventExited only: the signal that killed it, 0 if none
 	SandboxDenied bool            // EventExited only
+	Limit         string          // EventExited only: protocol.LimitMemory, LimitPids or ""
 }
 
 // Retention bounds what a process keeps of its output for process/read and
@@ -209,12 +210,18 @@ func (l *EventLog) Exit(code int32, sandboxDenied bool) { l.ExitBySignal(code, 0
 // ExitBySignal logs the exit event of a process signal killed (signal 0:
 // it exited). Only the first exit counts.
 func (l *EventLog) ExitBySignal(code, signal int32, sandboxDenied bool) {
+	l.ExitWithLimit(code, signal, sandboxDenied, "")
+}
+
+// ExitWithLimit is ExitBySignal for a command that ran into one of the
+// executor's resource limits (protocol.LimitMemory or LimitPids).
+func (l *EventLog) ExitWithLimit(code, signal int32, sandboxDenied bool, limit string) {
 	l.mu.Lock()
 	if l.exit != nil {
 		l.mu.Unlock()
 		return
 	}
-	l.exit = &Event{Kind: EventExited, Seq: l.nextSeq, ExitCode: code, Signal: signal, SandboxDenied: sandboxDenied}
+	l.exit = &Event{Kind: EventExited, Seq: l.nextSeq, ExitCode: code, Signal: signal, SandboxDenied: sandboxDenied, Limit: limit}
 	l.nextSeq++
 	notify := l.publishLocked()
 	notify = append(notify, l.maybeCloseLocked()...)
@@ -294,6 +301,7 @@ type Snapshot struct {
 	ExitCode      int32
 	Signal        int32
 	SandboxDenied bool
+	Limit         string
 	Closed        bool
 	// EvictedChunks and EvictedBytes count output dropped from retention
 	// before any reader took it.
@@ -319,7 +327,7 @@ func (l *EventLog) Snapshot() Snapshot {
 func (l *EventLog) snapshotLocked() Snapshot {
 	s := Snapshot{NextSeq: l.nextSeq, Closed: l.closed != nil, EvictedChunks: l.evictedChunks, EvictedBytes: l.evictedBytes}
 	if l.exit != nil {
-		s.Exited, s.ExitCode, s.Signal, s.SandboxDenied = true, l.exit.ExitCode, l.exit.Signal, l.exit.SandboxDenied
+		s.Exited, s.ExitCode, s.Signal, s.SandboxDenied, s.Limit = true, l.exit.ExitCode, l.exit.Signal, l.exit.SandboxDenied, l.exit.Limit
 	}
 	return s
 }
@@ -405,7 +413,7 @@ func (l *EventLog) readLocked(req ReadRequest) (protocol.ReadResult, bool) {
 	} else {
 		res.NextSeq = snap.NextSeq
 	}
-	res.Exited, res.Closed, res.SandboxDenied = snap.Exited, snap.Closed, snap.SandboxDenied
+	res.Exited, res.Closed, res.SandboxDenied, res.Limit = snap.Exited, snap.Closed, snap.SandboxDenied, snap.Limit
 	if l.exit != nil {
 		res.ExitSeq = l.exit.Seq
 	}

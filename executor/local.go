@@ -471,11 +471,19 @@ func (p *localProcess) wait() {
 	}
 	p.awaitWrittenOutput()
 	denied := p.classify != nil && p.classify(code, sig, p.log.RetainedLines)
+	limit := ""
 	if p.cg != nil {
-		p.oomKills.Store(int64(p.cg.OOMKills()))
-		p.pidsRefusals.Store(int64(p.cg.PidsMaxHits()))
+		oom, refused := p.cg.OOMKills(), p.cg.PidsMaxHits()
+		p.oomKills.Store(int64(oom))
+		p.pidsRefusals.Store(int64(refused))
+		switch {
+		case oom > 0:
+			limit = protocol.LimitMemory
+		case refused > 0 && code != 0:
+			limit = protocol.LimitPids
+		}
 	}
-	p.log.ExitBySignal(code, sig, denied)
+	p.log.ExitWithLimit(code, sig, denied, limit)
 	if p.cg != nil {
 		go func() {
 			<-p.log.Closed()

@@ -142,6 +142,8 @@ type ReadResult struct {
 	// catches up through process/read can rebuild the exact event order.
 	ExitSeq  uint64 `json:"exitSeq,omitempty" msgpack:"exitSeq,omitempty"`
 	CloseSeq uint64 `json:"closeSeq,omitempty" msgpack:"closeSeq,omitempty"`
+	// Limit is as in ExitedNotification (outpost addition).
+	Limit string `json:"limit,omitempty" msgpack:"limit,omitempty"`
 }
 
 // WriteParams are the params of process/write.
@@ -272,7 +274,18 @@ type ExitedNotification struct {
 	// addition; omitted when it exited), so 128+n from a signal and an
 	// exit status of 128+n can be told apart.
 	Signal int32 `json:"signal,omitempty" msgpack:"signal,omitempty"`
+	// Limit names the executor's resource limit the command ran into
+	// (outpost addition; omitted if none): LimitMemory when the OOM killer
+	// took a process of the command, LimitPids when a failed command had
+	// forks refused.
+	Limit string `json:"limit,omitempty" msgpack:"limit,omitempty"`
 }
+
+// Values of ExitedNotification.Limit.
+const (
+	LimitMemory = "memory"
+	LimitPids   = "pids"
+)
 
 // EventsStreamHeader opens a process's event stream (native transport).
 type EventsStreamHeader struct {

@@ -181,7 +181,7 @@ func cmdExec(args []string, stdout, stderr io.Writer) int {
 		deadline = t.C
 	}
 	timedOut := false
-	code, sig, denied := 0, 0, false
+	code, sig, denied, limit := 0, 0, false, ""
 	for {
 		select {
 		case ev, ok := <-p.Events():
@@ -191,9 +191,19 @@ func cmdExec(args []string, stdout, stderr io.Writer) int {
 					emit(map[string]any{"type": "error", "error": err.Error()})
 					return exitTransport
 				}
-				emit(map[string]any{"type": "exit", "exitCode": code, "signal": sig, "timedOut": timedOut, "sandboxDenied": denied})
+				exit := map[string]any{"type": "exit", "exitCode": code, "signal": sig, "timedOut": timedOut, "sandboxDenied": denied}
+				if limit != "" {
+					exit["limit"] = limit
+				}
+				emit(exit)
 				if denied {
 					fmt.Fprintln(stderr, "outpost exec: the command failed, likely denied by the sandbox")
+				}
+				switch limit {
+				case protocol.LimitMemory:
+					fmt.Fprintln(stderr, "outpost exec: the command ran out of memory: it reached the executor's --memory-max, and the OOM killer took it")
+				case protocol.LimitPids:
+					fmt.Fprintln(stderr, "outpost exec: the command reached the executor's --pids-max: some of its forks were refused")
 				}
 				if timedOut {
 					fmt.Fprintf(stderr, "outpost exec: timed out after %s\n", *timeout)
@@ -217,7 +227,7 @@ func cmdExec(args []string, stdout, stderr io.Writer) int {
 					stdout.Write(ev.Data)
 				}
 			case client.EventExited:
-				code, sig, denied = int(ev.ExitCode), int(ev.Signal), ev.SandboxDenied
+				code, sig, denied, limit = int(ev.ExitCode), int(ev.Signal), ev.SandboxDenied, ev.Limit
 			case client.EventFailed:
 				fmt.Fprintf(stderr, "outpost exec: %v\n", ev.Err)
 				emit(map[string]any{"type": "error", "error": ev.Err.Error()})
