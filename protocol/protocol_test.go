@@ -1,6 +1,7 @@
 package protocol
 
 import (
+	"bytes"
 	"encoding/json"
 	"reflect"
 	"strings"
@@ -53,6 +54,19 @@ func TestLegacyExitedPayloadWithoutSandboxDeniedParses(t *testing.T) {
 	}
 	if n.SandboxDenied != nil || n.ExitCode != 7 || n.Seq != 3 {
 		t.Fatalf("%+v", n)
+	}
+}
+
+// The limit a command ran into is an outpost addition: present only when
+// there is one, so codex peers never see the key.
+func TestExitedLimitIsOmittedUnlessAKnownLimitWasHit(t *testing.T) {
+	b, _ := json.Marshal(ExitedNotification{ProcessID: "p", Seq: 3, ExitCode: 137, Signal: 9, Limit: LimitMemory})
+	if want := `{"processId":"p","seq":3,"exitCode":137,"signal":9,"limit":"memory"}`; string(b) != want {
+		t.Fatalf("got %s\nwant %s", b, want)
+	}
+	b, _ = json.Marshal(ExitedNotification{ProcessID: "p", Seq: 3, ExitCode: 1})
+	if bytes.Contains(b, []byte("limit")) {
+		t.Fatalf("limit without one: %s", b)
 	}
 }
 
