@@ -61,7 +61,7 @@ echo "STEP sandboxed-limits $?"
 wget -qO- http://127.0.0.1:9100/metrics | grep -E '^outpost_executor_(oom_kills_total|pids_limit_refusals_total|cgroups_lingering) '
 echo "STEP metrics $?"
 
-outpost executor doctor >/tmp/doctor.out; echo "STEP doctor $?"; cat /tmp/doctor.out
+outpost executor doctor --memory-max 64M --pids-max 32 >/tmp/doctor.out; echo "STEP doctor $?"; cat /tmp/doctor.out
 poweroff -f
 `
 

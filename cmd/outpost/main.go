@@ -14,6 +14,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime/pprof"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -452,6 +453,9 @@ func cmdDoctor(args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	mode := fs.String("sandbox", "workspace-write", "policy to check: read-only, workspace-write or full-access")
 	network := fs.Bool("network", false, "the policy allows network access")
+	var memoryMax sizeFlag
+	fs.Var(&memoryMax, "memory-max", "also check that a per-command memory limit can be enforced")
+	pidsMax := fs.Int64("pids-max", 0, "also check that a per-command process limit can be enforced")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -464,13 +468,34 @@ func cmdDoctor(args []string, stdout, stderr io.Writer) int {
 	for _, line := range caps.Report() {
 		fmt.Fprintln(stdout, line)
 	}
-	for _, line := range cgroup.ProbeMachine().Lines() {
+	cg := cgroup.ProbeMachine()
+	for _, line := range cg.Lines() {
 		fmt.Fprintln(stdout, line)
 	}
+	code := 0
 	if err := caps.Check(sandbox.Policy{Mode: m, Network: *network}); err != nil {
 		fmt.Fprintf(stdout, "policy %s (network %v): NOT enforceable: %v\n", m, *network, err)
-		return 1
+		code = 1
+	} else {
+		fmt.Fprintf(stdout, "policy %s (network %v): enforceable\n", m, *network)
 	}
-	fmt.Fprintf(stdout, "policy %s (network %v): enforceable\n", m, *network)
-	return 0
+	for _, l := range []struct {
+		flag, controller string
+		on               bool
+	}{{"--memory-max", "memory", memoryMax > 0}, {"--pids-max", "pids", *pidsMax > 0}} {
+		if !l.on {
+			continue
+		}
+		switch {
+		case cg.Unavailable != nil:
+			fmt.Fprintf(stdout, "%s: NOT enforceable: %v\n", l.flag, cg.Unavailable)
+			code = 1
+		case !slices.Contains(cg.Controllers, l.controller):
+			fmt.Fprintf(stdout, "%s: NOT enforceable: the %s controller is not available to %s\n", l.flag, l.controller, cg.Base)
+			code = 1
+		default:
+			fmt.Fprintf(stdout, "%s: enforceable (if the executor has its cgroup to itself)\n", l.flag)
+		}
+	}
+	return code
 }

@@ -256,6 +256,13 @@ func TestDoctorReportsWhatIsEnforced(t *testing.T) {
 	if (code == 0) != enforceable {
 		t.Fatalf("exit %d but output says enforceable=%v", code, enforceable)
 	}
+	// A limit is checked when asked for, and the exit code agrees.
+	out.Reset()
+	code = run([]string{"executor", "doctor", "--memory-max", "1G"}, &out, &errb)
+	limitOK := strings.Contains(out.String(), "--memory-max: enforceable")
+	if !limitOK && !strings.Contains(out.String(), "--memory-max: NOT enforceable: ") || (code == 0) != (enforceable && limitOK) {
+		t.Fatalf("doctor --memory-max: exit %d\n%s", code, out.String())
+	}
 	if code := run([]string{"executor", "doctor", "--sandbox", "bogus"}, &out, &errb); code != 2 {
 		t.Fatalf("bad mode: exit %d", code)
 	}
