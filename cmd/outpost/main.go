@@ -169,6 +169,9 @@ func executorLimitFlags(fs *flag.FlagSet) (*executor.Config, *executor.LocalBack
 	fs.StringVar(&sandboxHelper, "sandbox-helper", "", "run sandboxed commands through this outpost-sandbox binary (of this build) instead of re-executing outpost, for faster starts (default: an outpost-sandbox beside this binary, if any)")
 	fs.StringVar(&cgroupFlags.mode, "cgroups", "auto", "a cgroup v2 per command, so terminate kills every process it started: auto (where cgroup v2 is writable) or off")
 	fs.Var(&cgroupFlags.memoryMax, "memory-max", "each command's memory limit (cgroup memory.max), e.g. 2G; must be enforceable here (default: none)")
+	fs.Uint64Var(&cfg.SandboxLimits.OpenFiles, "rlimit-nofile", cfg.SandboxLimits.OpenFiles, "sandboxed commands' open-file limit (RLIMIT_NOFILE; 0: inherited)")
+	fs.Var((*uSizeFlag)(&cfg.SandboxLimits.FileSize), "rlimit-fsize", "sandboxed commands' largest file, e.g. 16G (RLIMIT_FSIZE; 0: inherited)")
+	fs.Uint64Var(&cfg.SandboxLimits.Processes, "rlimit-nproc", cfg.SandboxLimits.Processes, "sandboxed commands' RLIMIT_NPROC, which counts every process of the user (0: inherited; prefer --pids-max)")
 	fs.Int64Var(&cgroupFlags.pidsMax, "pids-max", -1, "each command's process limit (cgroup pids.max); an explicit value must be enforceable here, 0 is none (default: 4096 where the pids controller can be delegated)")
 	return cfg, backend
 }
@@ -228,6 +231,20 @@ func useCgroups(log *zap.Logger, backend *executor.LocalBackend) (func(), error)
 	log.Info("a cgroup per command", fields...)
 	backend.Cgroups = m
 	return m.Close, nil
+}
+
+// uSizeFlag is sizeFlag for a uint64 field.
+type uSizeFlag uint64
+
+func (s *uSizeFlag) String() string { return strconv.FormatUint(uint64(*s), 10) }
+
+func (s *uSizeFlag) Set(v string) error {
+	n, err := parseSize(v)
+	if err != nil {
+		return err
+	}
+	*s = uSizeFlag(n)
+	return nil
 }
 
 // sizeFlag is a byte count with an optional K, M, G or T suffix (powers of

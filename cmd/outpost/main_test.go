@@ -322,6 +322,18 @@ func TestTimeoutAndExecutorShutdownReachDescendantsThatCalledSetsid(t *testing.T
 	}
 }
 
+func TestRlimitFlagsReachSandboxedCommands(t *testing.T) {
+	if err := sandbox.Probe().Check(sandbox.Policy{Mode: sandbox.ModeWorkspaceWrite}); err != nil {
+		t.Skipf("no sandbox here: %v", err)
+	}
+	url, _ := startServe(t, "--listen", "tcp://127.0.0.1:0", "--state-dir", t.TempDir(), "--rlimit-nofile", "77", "--rlimit-fsize", "1M")
+	out, stderr, code := outpostExec(t, "", "--target", url, "--sandbox", "workspace-write", "--", "sh", "-c", "ulimit -n; ulimit -f; ulimit -c")
+	// ulimit -f counts 512-byte blocks: 1 MiB is 2048.
+	if code != 0 || out != "77\n2048\n0\n" {
+		t.Fatalf("exit %d, limits %q (want 77, 2048, 0); stderr %s", code, out, stderr)
+	}
+}
+
 func outpostExec(t *testing.T, stdin string, args ...string) (string, string, int) {
 	t.Helper()
 	cmd := exec.Command(outpostBin, append([]string{"exec"}, args...)...)
