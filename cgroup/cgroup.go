@@ -1,6 +1,9 @@
 package cgroup
 
-import "errors"
+import (
+	"errors"
+	"time"
+)
 
 // Config says what the executor asks of per-command cgroups. A limit the
 // machine cannot enforce is dropped, and Status says so and why: callers
@@ -14,12 +17,15 @@ type Config struct {
 	// background processes still run (default 1024); past it the oldest
 	// is killed.
 	MaxLingering int
+	// SweepEvery is how often lingering cgroups are checked and removed
+	// once empty (default 1 s; one goroutine per Manager).
+	SweepEvery time.Duration
 }
 
 // DefaultConfig limits each command to 4,096 processes where the pids
 // controller is available, and sets no memory limit.
 func DefaultConfig() Config {
-	return Config{PidsMax: 4096, MaxLingering: 1024}
+	return Config{PidsMax: 4096, MaxLingering: 1024, SweepEvery: time.Second}
 }
 
 func (c Config) validate() error {
@@ -30,6 +36,8 @@ func (c Config) validate() error {
 		return errors.New("cgroup: PidsMax must not be negative")
 	case c.MaxLingering < 0:
 		return errors.New("cgroup: MaxLingering must not be negative")
+	case c.SweepEvery < 0:
+		return errors.New("cgroup: SweepEvery must not be negative")
 	}
 	return nil
 }

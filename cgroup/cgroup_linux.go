@@ -21,10 +21,6 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// sweepEvery gates the retry of lingering cgroups' removal, so a start
-// costs at most one sweep a second however many linger.
-const sweepEvery = time.Second
-
 // killWait bounds how long a kill waits for a cgroup to empty.
 const killWait = 2 * time.Second
 
@@ -41,8 +37,8 @@ type Manager struct {
 
 	mu        sync.Mutex
 	lingering []*Cgroup // oldest first; at most cfg.MaxLingering
-	lastSweep time.Time
 	closed    bool
+	stop      chan struct{} // closed by Close: ends the sweeper
 }
 
 // Open prepares per-command cgroups under the executor's own cgroup. The
@@ -53,6 +49,9 @@ func Open(cfg Config) (*Manager, error) {
 	}
 	if cfg.MaxLingering == 0 {
 		cfg.MaxLingering = DefaultConfig().MaxLingering
+	}
+	if cfg.SweepEvery == 0 {
+		cfg.SweepEvery = DefaultConfig().SweepEvery
 	}
 	base, err := executorBase()
 	if err != nil {
@@ -81,6 +80,8 @@ func Open(cfg Config) (*Manager, error) {
 	_, err = os.Stat(filepath.Join(m.dir, "cgroup.kill"))
 	m.status.KillFile = err == nil
 	m.status.NoLimits = m.enableControllers()
+	m.stop = make(chan struct{})
+	go m.sweeper()
 	return m, nil
 }
 
@@ -221,9 +222,6 @@ type Cgroup struct {
 func (m *Manager) New() (*Cgroup, error) {
 	m.mu.Lock()
 	closed := m.closed
-	if !closed && time.Since(m.lastSweep) > sweepEvery {
-		m.sweepLocked()
-	}
 	m.mu.Unlock()
 	if closed {
 		return nil, errors.New("cgroup: the manager is closed")
@@ -330,9 +328,29 @@ func (m *Manager) Lingering() int {
 	return len(m.lingering)
 }
 
+// sweeper removes lingering cgroups once they have emptied: a command
+// whose last background process ends (or was killed and is still dying
+// when its cgroup is released) leaves no directory behind, whether or not
+// another command starts.
+func (m *Manager) sweeper() {
+	t := time.NewTicker(m.cfg.SweepEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-m.stop:
+			return
+		case <-t.C:
+			m.mu.Lock()
+			if len(m.lingering) > 0 {
+				m.sweepLocked()
+			}
+			m.mu.Unlock()
+		}
+	}
+}
+
 // sweepLocked removes lingering cgroups that have emptied.
 func (m *Manager) sweepLocked() {
-	m.lastSweep = time.Now()
 	m.lingering = slices.DeleteFunc(m.lingering, func(c *Cgroup) bool { return os.Remove(c.dir) == nil })
 }
 
@@ -346,6 +364,7 @@ func (m *Manager) Close() {
 	}
 	m.closed = true
 	m.lingering = nil
+	close(m.stop)
 	m.mu.Unlock()
 	removeTree(m.dir)
 }

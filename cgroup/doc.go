@@ -34,8 +34,9 @@
 // # Bounds
 //
 // A finished command whose background processes still run keeps its
-// cgroup until they end; at most Config.MaxLingering such cgroups are
-// kept, and past that the oldest is killed. Manager.Close kills them all,
+// cgroup until they end (one sweeper goroutine per Manager removes it
+// within Config.SweepEvery of that); at most Config.MaxLingering such
+// cgroups are kept, and past that the oldest is killed. Manager.Close kills them all,
 // so nothing a command started outlives the executor. Directories left by
 // an executor that died (its pid gone) are killed and removed by the next
 // Open in the same cgroup.
