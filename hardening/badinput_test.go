@@ -518,11 +518,12 @@ func errOf[T any](_ T, err error) error { return err }
 func vanishingClients(t *testing.T, f *fleet) {
 	// Clients that start long-running work and vanish without a word: the
 	// sessions detach, and after --detached-ttl their processes are killed
-	// and reaped.
+	// and reaped — including one that left the process group with setsid,
+	// which only the command's cgroup still holds.
 	for _, url := range []string{f.tcp.url, f.ws.url} {
 		env := dialClient(t, url, client.Options{NoResume: true})
 		for range 5 {
-			if _, err := env.Start(ctxT(t, 10*time.Second), protocol.ExecParams{Argv: []string{"/bin/sh", "-c", "sleep 60 & exec sleep 60"}, Env: env0}); err != nil {
+			if _, err := env.Start(ctxT(t, 10*time.Second), protocol.ExecParams{Argv: []string{"/bin/sh", "-c", "setsid sleep 60 </dev/null >/dev/null 2>&1 & sleep 60 & exec sleep 60"}, Env: env0}); err != nil {
 				t.Fatal(err)
 			}
 		}
