@@ -51,7 +51,7 @@ func buildImage(t *testing.T, root string) {
 	for _, d := range []string{"usr/bin", "bin", "tmp", "state"} {
 		os.MkdirAll(filepath.Join(rootfs, d), 0o755)
 	}
-	os.Chmod(filepath.Join(rootfs, "tmp"), 0o1777)
+	os.Chmod(filepath.Join(rootfs, "tmp"), os.ModeSticky|0o777) // a real /tmp: 1777
 	// outpost and, beside it, the dedicated sandbox helper it picks up.
 	for bin, pkg := range map[string]string{"usr/bin/outpost": "./cmd/outpost", "usr/bin/outpost-sandbox": "./cmd/outpost-sandbox"} {
 		build := exec.Command("go", "build", "-o", filepath.Join(rootfs, bin), pkg)

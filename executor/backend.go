@@ -6,6 +6,7 @@ import (
 	"sync"
 
 	"github.com/outpost-exec/outpost/protocol"
+	"github.com/outpost-exec/outpost/sandbox"
 )
 
 // Backend starts processes. Everything after the start goes through the
@@ -28,12 +29,13 @@ type Spec struct {
 	Cols      uint16 // 0 = 80
 
 	// Sandboxed runs are prepared by the sandbox package: Path is the
-	// helper binary (no PATH lookup), UserNamespace asks for a user and
-	// mount namespace, and a failing run's output is checked for denials.
-	Path          string
-	Sandboxed     bool
-	UserNamespace bool
-	SandboxType   string // reported in the start result; "" = no sandbox context
+	// helper binary (no PATH lookup), SandboxSetup makes what the helper
+	// needs at the fork (namespaces, workspace mounts, its spec), and a
+	// failing run's output is checked for denials.
+	Path         string
+	Sandboxed    bool
+	SandboxSetup func() (sandbox.Launch, error)
+	SandboxType  string // reported in the start result; "" = no sandbox context
 	// Classify decides whether a failed sandboxed run was denied.
 	Classify func(exitCode, signal int32, lines func(yield func(string) bool)) bool
 }

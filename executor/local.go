@@ -19,7 +19,6 @@ import (
 
 	"github.com/outpost-exec/outpost/cgroup"
 	"github.com/outpost-exec/outpost/protocol"
-	"github.com/outpost-exec/outpost/sandbox"
 )
 
 // LocalBackend runs real child processes on this machine, each in its own
@@ -109,17 +108,11 @@ func (b *LocalBackend) Start(ctx context.Context, spec Spec) (Process, error) {
 		childEnds = append(childEnds, tty)
 		cmd.Stdin, cmd.Stdout, cmd.Stderr = tty, tty, tty
 		cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0, Pdeathsig: syscall.SIGKILL}
-		if spec.UserNamespace {
-			sandbox.UserNamespaceAttr(cmd.SysProcAttr)
-		}
 		p.ptmx = ptmx
 		outputs = append(outputs, ptmx)
 		p.stdin = newStdinQueue(ptmx, b.StdinQueueWrites, b.StdinQueueBytes, true)
 	} else {
 		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-		if spec.UserNamespace {
-			sandbox.UserNamespaceAttr(cmd.SysProcAttr)
-		}
 		for range 2 {
 			r, w, err := os.Pipe()
 			if err != nil {
@@ -162,11 +155,36 @@ func (b *LocalBackend) Start(ctx context.Context, spec Spec) (Process, error) {
 		cmd.SysProcAttr.UseCgroupFD, cmd.SysProcAttr.CgroupFD = true, cg.FD()
 		p.cg = cg
 	}
+	if spec.SandboxSetup != nil {
+		l, err := spec.SandboxSetup()
+		if err == nil && spec.Tty && l.User != nil {
+			// The command's own terminal, for programs that open /dev/tty.
+			err = childEnds[0].Chown(l.User.UID, l.User.GID)
+		}
+		if err != nil {
+			closeAll(outputs)
+			if p.stdin != nil && !spec.Tty {
+				p.stdin.f.Close()
+			}
+			if p.cg != nil {
+				p.cg.Release()
+			}
+			return nil, err
+		}
+		cmd.Env = append([]string{l.Env}, cmd.Env...)
+		cmd.ExtraFiles = l.Files
+		l.Apply(cmd.SysProcAttr)
+		p.release = l.Release
+		defer closeAll(l.Files)
+	}
 	err := cmd.Start()
 	if p.cg != nil {
 		p.cg.Started()
 	}
 	if err != nil {
+		if p.release != nil {
+			p.release()
+		}
 		closeAll(outputs)
 		if p.stdin != nil && !spec.Tty {
 			p.stdin.f.Close()
@@ -301,6 +319,7 @@ func checkExecutable(p string) error {
 }
 
 type localProcess struct {
+	release  func() // the sandbox's, after exit; nil if none
 	classify func(exitCode, signal int32, lines func(yield func(string) bool)) bool
 	cmd      *exec.Cmd
 	log      *EventLog
@@ -454,6 +473,11 @@ func (p *localProcess) awaitWrittenOutput() {
 
 func (p *localProcess) wait() {
 	err := p.cmd.Wait()
+	if p.release != nil {
+		// The helper was its PID namespace's init: everything the
+		// command started there is gone with it.
+		p.release()
+	}
 	code, sig := int32(-1), int32(0)
 	if st, ok := p.cmd.ProcessState.Sys().(syscall.WaitStatus); ok {
 		switch {

@@ -49,6 +49,11 @@ func netProbe(mode, addr string) int {
 		// lookup needs a UDP socket.
 		r := &net.Resolver{PreferGo: true}
 		_, err = r.LookupHost(context.Background(), "outpost-sandbox-test.invalid")
+	case "unix":
+		var c net.Conn
+		if c, err = net.Dial("unix", addr); err == nil {
+			c.Close()
+		}
 	case "unixpair":
 		var fds [2]int
 		fds, err = syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM, 0)

@@ -23,11 +23,14 @@ import (
 	"fmt"
 	"go.opentelemetry.io/otel/trace"
 	"os"
+	"path/filepath"
+	"slices"
 	"sync"
 	"time"
 
 	"go.uber.org/zap"
 
+	"github.com/outpost-exec/outpost/identity"
 	"github.com/outpost-exec/outpost/pathmap"
 	"github.com/outpost-exec/outpost/protocol"
 	"github.com/outpost-exec/outpost/sandbox"
@@ -64,6 +67,16 @@ type Config struct {
 	SandboxCaps func() sandbox.Capabilities
 	// SandboxLimits are the resource limits of sandboxed commands.
 	SandboxLimits sandbox.Limits
+	// SandboxUser is the host id sandboxed commands run as when the
+	// executor runs as root (default sandbox.DefaultUser, 65534:65534):
+	// root inside their user namespace, never uid 0 on the host. A
+	// non-root executor runs them as itself and must leave it nil.
+	SandboxUser *sandbox.User
+	// SandboxHidden are the executor's own secrets — its state directory,
+	// the client configuration, its Unix listener sockets, a co-located
+	// relay's state — hidden (access none) from every sandboxed command and
+	// every fs call judged by a policy (default DefaultHiddenPaths()).
+	SandboxHidden []string
 	// PathMappings translate client path prefixes to executor ones
 	// (client /workspace → executor /srv/ws/42) for cwd and sandbox roots.
 	PathMappings []pathmap.Mapping
@@ -98,7 +111,21 @@ func DefaultConfig() Config {
 		Version:                "dev",
 		SandboxCaps:            sandbox.Probe,
 		SandboxLimits:          sandbox.DefaultLimits(),
+		SandboxHidden:          DefaultHiddenPaths(),
 	}
+}
+
+// DefaultHiddenPaths are the secrets every executor hides from sandboxes:
+// the default state directory (executor and relay keys, the token
+// database) and the client configuration directory (client key, pins).
+func DefaultHiddenPaths() []string {
+	var out []string
+	for _, d := range []string{identity.DefaultStateDir(), identity.DefaultConfigDir(), identity.SystemStateDir} {
+		if d != "" && !slices.Contains(out, d) {
+			out = append(out, d)
+		}
+	}
+	return out
 }
 
 // Validate reports the first invalid setting.
@@ -120,6 +147,15 @@ func (c Config) Validate() error {
 		return errors.New("executor: ClosedRetention must be positive")
 	case c.MaxConcurrentReads < 1:
 		return errors.New("executor: MaxConcurrentReads must be at least 1")
+	case c.SandboxUser != nil && c.SandboxUser.UID == 0:
+		return fmt.Errorf("executor: SandboxUser: %w", sandbox.ErrRootSandboxUser)
+	case c.SandboxUser != nil && os.Geteuid() != 0 && c.SandboxUser.UID != os.Geteuid():
+		return fmt.Errorf("executor: SandboxUser %s: only an executor running as root can run sandboxed commands as another user", c.SandboxUser)
+	}
+	for _, h := range c.SandboxHidden {
+		if !filepath.IsAbs(h) {
+			return fmt.Errorf("executor: SandboxHidden: %q is not absolute", h)
+		}
 	}
 	if lb, ok := c.Backend.(*LocalBackend); ok {
 		if err := lb.Retention.validate(); err != nil {
@@ -158,6 +194,13 @@ func NewServer(cfg Config) (*Server, error) {
 	}
 	if cfg.SandboxCaps == nil {
 		cfg.SandboxCaps = sandbox.Probe
+	}
+	if cfg.SandboxUser == nil && os.Geteuid() == 0 {
+		u := sandbox.DefaultUser
+		cfg.SandboxUser = &u
+	}
+	if cfg.SandboxUser != nil && os.Geteuid() != 0 && cfg.SandboxUser.UID == os.Geteuid() {
+		cfg.SandboxUser = nil // itself: nothing to map
 	}
 	if err := cfg.Validate(); err != nil {
 		return nil, err

@@ -193,15 +193,19 @@ func (s *Session) sandboxed(p *protocol.ExecParams, spec Spec) (Spec, error) {
 		return Spec{}, protocol.Errorf(protocol.CodeInvalidParams, "invalid params for process/start: %v", err)
 	}
 	caps := s.srv.cfg.SandboxCaps()
-	prep, err := sandbox.Prepare(sandbox.Request{Argv: spec.Argv, Arg0: spec.Arg0, Dir: spec.Dir, Env: spec.Env, Policy: policy, Limits: s.srv.cfg.SandboxLimits, Translate: s.srv.translate}, caps)
+	prep, err := sandbox.Prepare(sandbox.Request{Argv: spec.Argv, Arg0: spec.Arg0, Dir: spec.Dir, Env: spec.Env, Policy: policy,
+		Limits: s.srv.cfg.SandboxLimits, Translate: s.srv.translate, User: s.srv.cfg.SandboxUser, Hidden: s.srv.cfg.SandboxHidden}, caps)
 	if err != nil {
 		if errors.Is(err, sandbox.ErrCannotEnforce) {
 			return Spec{}, protocol.Errorf(protocol.CodeInvalidRequest, "%v", err)
 		}
 		return Spec{}, protocol.Errorf(protocol.CodeInvalidParams, "invalid params for process/start: %v", err)
 	}
-	spec.Argv, spec.Arg0, spec.Env, spec.Path = prep.Argv, prep.Arg0, prep.Env, prep.Path
-	spec.Sandboxed, spec.UserNamespace, spec.SandboxType = prep.SandboxType == sandbox.TypeLinux, prep.UserNamespace, prep.SandboxType
+	spec.Argv, spec.Arg0, spec.Env, spec.Path, spec.Dir = prep.Argv, prep.Arg0, prep.Env, prep.Path, prep.Dir
+	spec.Sandboxed, spec.SandboxType = prep.SandboxType == sandbox.TypeLinux, prep.SandboxType
+	if spec.Sandboxed {
+		spec.SandboxSetup = prep.Setup
+	}
 	if spec.Sandboxed {
 		spec.Classify = prep.Resolved.Classify
 	}

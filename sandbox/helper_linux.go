@@ -4,7 +4,6 @@ package sandbox
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -38,6 +37,9 @@ func HelperMain() {
 		fmt.Fprintf(os.Stderr, "outpost-sandbox: "+format+"\n", args...)
 		os.Exit(helperExitCode)
 	}
+	if len(os.Args) == 2 && os.Args[1] == holdArg {
+		holdNamespace()
+	}
 	raw, ok := os.LookupEnv(helperPolicyEnv)
 	if !ok {
 		fail("no sandbox spec (%s is not set); this binary runs as the sandbox helper only when the executor starts it", helperPolicyEnv)
@@ -66,6 +68,11 @@ func HelperMain() {
 	if err := applyMounts(sp); err != nil {
 		fail("%v", err)
 	}
+	if sp.Dir != "" {
+		if err := os.Chdir(sp.Dir); err != nil {
+			fail("entering the working directory: %v", err)
+		}
+	}
 	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
 		fail("no_new_privs: %v", err)
 	}
@@ -85,7 +92,7 @@ func HelperMain() {
 		fail("%v", err)
 	}
 	dropCapabilities(sp)
-	if err := InstallSeccomp(SeccompOptions{DenyNetwork: !sp.Network, ThisThreadOnly: true}); err != nil {
+	if err := InstallSeccomp(SeccompOptions{DenyNetwork: !sp.Network, DenySetID: sp.DenySetID, ThisThreadOnly: true}); err != nil {
 		fail("seccomp: %v", err)
 	}
 	path := args[0]
@@ -158,49 +165,6 @@ func runAsInit(path string, argv []string, fail func(string, ...any)) int {
 	}
 }
 
-// applyMounts makes protected sub-paths read-only and hides "none" paths,
-// when the executor started the helper in its own user and mount
-// namespace. Outside one, it does nothing (the capability report says
-// protected sub-paths are not enforced).
-func applyMounts(sp spec) error {
-	if !sp.MountNamespace {
-		if len(sp.None) > 0 {
-			return errors.New("paths with access none need a mount namespace, which this helper does not have")
-		}
-		return nil
-	}
-	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
-		return fmt.Errorf("making mounts private: %w", err)
-	}
-	for _, p := range sp.Protected {
-		if err := unix.Mount(p, p, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
-			return fmt.Errorf("protecting %s: %w", p, err)
-		}
-		if err := unix.Mount("", p, "", unix.MS_BIND|unix.MS_REMOUNT|unix.MS_RDONLY|unix.MS_REC, ""); err != nil {
-			return fmt.Errorf("protecting %s read-only: %w", p, err)
-		}
-	}
-	// A /proc of the command's own PID namespace.
-	if err := unix.Mount("proc", "/proc", "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
-		return fmt.Errorf("mounting /proc for the PID namespace: %w", err)
-	}
-	for _, p := range sp.None {
-		fi, err := os.Stat(p)
-		if err != nil {
-			continue // nothing to hide
-		}
-		if fi.IsDir() {
-			err = unix.Mount("tmpfs", p, "tmpfs", unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "size=0,mode=000")
-		} else {
-			err = unix.Mount("/dev/null", p, "", unix.MS_BIND, "")
-		}
-		if err != nil {
-			return fmt.Errorf("hiding %s: %w", p, err)
-		}
-	}
-	return nil
-}
-
 // applyLimits sets the command's resource limits; core dumps are off.
 func applyLimits(l Limits) error {
 	set := func(name string, res int, v uint64) error {
@@ -264,7 +228,12 @@ func canUnshareMount() bool {
 		cmd.Args = []string{HelperName}
 		cmd.Env = []string{}
 	}
-	cmd.SysProcAttr = userNamespaceAttr(&syscall.SysProcAttr{})
+	cmd.SysProcAttr = &syscall.SysProcAttr{}
+	var user *User
+	if os.Geteuid() == 0 {
+		user = &DefaultUser // root maps to an unprivileged id: check that works
+	}
+	usernsAttr(cmd.SysProcAttr, user)
 	if err := cmd.Start(); err != nil {
 		return false
 	}
@@ -272,17 +241,21 @@ func canUnshareMount() bool {
 	return true
 }
 
-// UserNamespaceAttr adds a user, mount and PID namespace, mapping this
-// process's uid and gid to themselves, to attr.
-func UserNamespaceAttr(attr *syscall.SysProcAttr) *syscall.SysProcAttr {
-	return userNamespaceAttr(attr)
-}
-
-func userNamespaceAttr(attr *syscall.SysProcAttr) *syscall.SysProcAttr {
-	uid, gid := os.Getuid(), os.Getgid()
-	attr.Cloneflags |= unix.CLONE_NEWUSER | unix.CLONE_NEWNS | unix.CLONE_NEWPID
-	attr.UidMappings = []syscall.SysProcIDMap{{ContainerID: uid, HostID: uid, Size: 1}}
-	attr.GidMappings = []syscall.SysProcIDMap{{ContainerID: gid, HostID: gid, Size: 1}}
-	attr.GidMappingsEnableSetgroups = false
-	return attr
+// canIDMap probes whether this kernel makes ID-mapped mounts (Linux 5.12+)
+// of the temporary directory's file system.
+func canIDMap() bool {
+	if os.Geteuid() != 0 {
+		return false
+	}
+	dir, err := os.MkdirTemp("", "outpost-idmap-probe-")
+	if err != nil {
+		return false
+	}
+	defer os.Remove(dir)
+	f, err := cloneForUser(dir, true, DefaultUser)
+	if err != nil {
+		return false
+	}
+	f.Close()
+	return true
 }

@@ -140,6 +140,9 @@ func UseHelper(path string) error {
 	return nil
 }
 
+// helperFile keeps the descriptor of a helper named by SetHelperBinary.
+var helperFile *os.File
+
 // HelperPath is the helper the sandbox executes now.
 func HelperPath() string {
 	p, _ := self()

@@ -19,7 +19,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"sort"
+	"slices"
 	"strings"
 )
 
@@ -163,18 +163,41 @@ func (p Policy) entries() []Entry {
 type Resolved struct {
 	Network bool
 	Entries []Entry // absolute paths, symlinks of existing prefixes resolved
-	// Protected lists read-only carve-outs inside writable entries.
+	// Protected lists read-only carve-outs inside writable entries that
+	// exist now, at any depth: protected names (directories, files and
+	// symlinks — the link itself), the targets of protected symlinks and
+	// the git directories that .git files name.
 	Protected []string
+	// Absent lists protected names missing at the top of writable roots:
+	// the sandbox keeps them from being created while the command runs.
+	Absent []string
+	// ProtectedNames are the names that are read-only at any depth below a
+	// writable entry for file operations judged by Allows.
+	ProtectedNames []string
+	// Workspaces are the cwd and project roots, canonical.
+	Workspaces []string
 }
 
 // Env is what Resolve needs from the executor.
 type Env struct {
-	Cwd          string   // absolute
+	// Cwd is absolute, or empty when the request names none: then :cwd
+	// grants nothing, and :project_roots only the ProjectRoots given —
+	// never the executor's own working directory.
+	Cwd          string
 	ProjectRoots []string // absolute; default [Cwd]
 	TempDir      string   // default os.TempDir()
 	// Translate maps a client path to a native one (pathmap); nil keeps
 	// the path as it is.
 	Translate func(string) (string, error)
+	// SharedTempUnscanned leaves sticky world-writable roots (/tmp) out of
+	// the scan for protected names: right when the command runs as its own
+	// unprivileged user there (file ownership keeps it out of everyone
+	// else's .git), and for fs calls, whose judgment is by name anyway.
+	SharedTempUnscanned bool
+	// Hidden are the executor's own secrets (its state directory, client
+	// configuration, listener sockets): access none whatever the policy
+	// says.
+	Hidden []string
 }
 
 // ErrNotAbsolute rejects a relative path in a policy.
@@ -185,11 +208,11 @@ func (p Policy) Resolve(env Env) (Resolved, error) {
 	if err := p.Validate(); err != nil {
 		return Resolved{}, err
 	}
-	if !filepath.IsAbs(env.Cwd) {
+	if env.Cwd != "" && !filepath.IsAbs(env.Cwd) {
 		return Resolved{}, fmt.Errorf("%w: cwd %q", ErrNotAbsolute, env.Cwd)
 	}
 	roots := env.ProjectRoots
-	if len(roots) == 0 {
+	if len(roots) == 0 && env.Cwd != "" {
 		roots = []string{env.Cwd}
 	}
 	tmp := env.TempDir
@@ -201,6 +224,9 @@ func (p Policy) Resolve(env Env) (Resolved, error) {
 		case SymRoot:
 			return []string{"/"}, nil
 		case SymCwd:
+			if env.Cwd == "" {
+				return nil, nil
+			}
 			return []string{env.Cwd}, nil
 		case SymTmpdir:
 			return []string{tmp}, nil
@@ -223,6 +249,14 @@ func (p Policy) Resolve(env Env) (Resolved, error) {
 	}
 	var r Resolved
 	r.Network = p.Network || p.Mode == ModeFullAccess && len(p.Entries) == 0
+	if env.Cwd != "" {
+		r.Workspaces = append(r.Workspaces, canonical(env.Cwd))
+	}
+	for _, root := range roots {
+		if c := canonical(root); !slices.Contains(r.Workspaces, c) {
+			r.Workspaces = append(r.Workspaces, c)
+		}
+	}
 	seen := map[Entry]bool{}
 	for _, e := range p.entries() {
 		paths, err := expand(e.Path)
@@ -237,12 +271,30 @@ func (p Policy) Resolve(env Env) (Resolved, error) {
 			}
 		}
 	}
+	// Full access with the network on runs unsandboxed by the client's
+	// choice; everything else hides the executor's secrets.
+	unsandboxed := r.FullWrite() && r.Network
+	for _, h := range env.Hidden {
+		if unsandboxed {
+			break
+		}
+		re := Entry{Path: canonical(h), Access: AccessNone}
+		if !seen[re] {
+			seen[re] = true
+			r.Entries = append(r.Entries, re)
+		}
+	}
 	names := p.ProtectedNames
 	if names == nil {
 		names = DefaultProtectedNames
 	}
 	if p.Mode != ModeFullAccess || len(p.Entries) > 0 {
-		r.Protected = protectedSubpaths(r.Entries, names)
+		r.ProtectedNames = names
+		prot, absent, err := scanProtected(r.Entries, r.Workspaces, names, env.SharedTempUnscanned)
+		if err != nil {
+			return Resolved{}, err
+		}
+		r.Protected, r.Absent = prot, absent
 		for _, prot := range r.Protected {
 			re := Entry{Path: prot, Access: AccessRead}
 			if !seen[re] {
@@ -273,40 +325,6 @@ func canonical(path string) string {
 		rest = filepath.Join(filepath.Base(existing), rest)
 		existing = parent
 	}
-}
-
-// protectedSubpaths lists the protected names that exist inside writable
-// entries, following a .git file's "gitdir:" to protect the real git
-// directory too.
-func protectedSubpaths(entries []Entry, names []string) []string {
-	var out []string
-	seen := map[string]bool{}
-	add := func(p string) {
-		if !seen[p] {
-			seen[p] = true
-			out = append(out, p)
-		}
-	}
-	for _, e := range entries {
-		if e.Access != AccessWrite {
-			continue
-		}
-		for _, name := range names {
-			p := filepath.Join(e.Path, name)
-			fi, err := os.Lstat(p)
-			if err != nil {
-				continue
-			}
-			add(canonical(p))
-			if name == ".git" && fi.Mode().IsRegular() {
-				if gd := gitdirOf(p); gd != "" {
-					add(gd)
-				}
-			}
-		}
-	}
-	sort.Strings(out)
-	return out
 }
 
 // gitdirOf reads a .git file ("gitdir: <path>", relative to its
@@ -370,7 +388,34 @@ func (r Resolved) Allows(path string, write bool) bool {
 			return false
 		}
 	}
-	return true
+	return !r.namedProtected(path)
+}
+
+// namedProtected reports whether a component of path below the writable
+// entry that grants it write access is a protected name: .git and its
+// kind are read-only at any depth for file operations, existing or not.
+func (r Resolved) namedProtected(path string) bool {
+	if len(r.ProtectedNames) == 0 {
+		return false
+	}
+	root, rootLen := "", -1
+	for _, e := range r.Entries {
+		if e.Access == AccessWrite && within(e.Path, path) && len(e.Path) > rootLen {
+			root, rootLen = e.Path, len(e.Path)
+		}
+	}
+	if rootLen < 0 {
+		return false
+	}
+	rel := strings.TrimPrefix(strings.TrimPrefix(path, root), "/")
+	for _, comp := range strings.Split(rel, "/") {
+		for _, n := range r.ProtectedNames {
+			if comp == n {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // AllowsTree reports whether everything under path (an operation on a
@@ -392,6 +437,9 @@ func (r Resolved) AllowsTree(path string, write bool) bool {
 			if within(path, canonical(p)) {
 				return false
 			}
+		}
+		if r.namedProtected(path) {
+			return false
 		}
 	}
 	return true

@@ -7,8 +7,10 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
+	"syscall"
 )
 
 // HelperName is the argv[0] under which the executor's own binary acts as
@@ -42,6 +44,12 @@ type Request struct {
 	Translate func(string) (string, error)
 	// Limits are the resource limits of the sandboxed command.
 	Limits Limits
+	// User is the host id the command runs as (root inside its user
+	// namespace); nil: the executor's own ids. Required, and never uid 0,
+	// when the executor runs as root (see DefaultUser).
+	User *User
+	// Hidden are the executor's secrets: access none in every policy.
+	Hidden []string
 }
 
 // Limits are per-command resource limits (0 = leave as inherited). Core
@@ -70,13 +78,50 @@ type Prepared struct {
 	Argv        []string // helper binary, then "--", then the command
 	Arg0        string   // HelperName
 	Path        string   // the helper binary
-	Dir         string
+	Dir         string   // where the helper starts; it enters the command's cwd itself
 	Env         []string
 	SandboxType string
 	Resolved    Resolved
-	// Cloneflags the helper needs (a user and mount namespace to make
-	// protected sub-paths read-only), 0 if none.
+	// UserNamespace: the helper runs in its own user, mount and PID
+	// namespace (Setup's Launch says how).
 	UserNamespace bool
+	// User is the host id the command runs as; nil: the executor's.
+	User *User
+
+	sp     spec
+	user   *User
+	mounts []mountSpec // workspaces and writable roots, for setup
+	absent []string    // protected names to hold with placeholders
+}
+
+// Launch is what a sandboxed start needs at the fork: the helper's spec
+// (an environment entry), the descriptors it inherits as fds 3, 4, …, and
+// the namespaces it is cloned into. Files are the caller's to close once
+// the child has started; Release, after the command has exited.
+type Launch struct {
+	// User is the host id the command runs as (nil: the executor's).
+	User    *User
+	Env     string
+	Files   []*os.File
+	Release func()
+	apply   func(*syscall.SysProcAttr)
+}
+
+// Apply sets the namespaces and id mappings the helper is cloned with.
+func (l Launch) Apply(attr *syscall.SysProcAttr) {
+	if l.apply != nil {
+		l.apply(attr)
+	}
+}
+
+// Setup makes what the start needs right now: ID-mapped workspace mounts
+// and placeholders for absent protected names. A Prepared that needs no
+// helper (full access) sets up nothing.
+func (p Prepared) Setup() (Launch, error) {
+	if p.SandboxType != TypeLinux {
+		return Launch{Release: func() {}}, nil
+	}
+	return p.setup()
 }
 
 // spec is what the helper receives.
@@ -93,7 +138,37 @@ type spec struct {
 	// user, mount and PID namespace; the helper is then the namespace's
 	// init.
 	MountNamespace bool `json:"mountNamespace,omitempty"`
+	// Dir is the command's working directory, entered after the mounts.
+	Dir string `json:"dir"`
+	// Mounts are the workspaces and writable roots to put in place.
+	Mounts []mountSpec `json:"mounts,omitempty"`
+	// DenySetID refuses set-user/group-ID modes (the command's files land
+	// with another owner's ids on disk).
+	DenySetID bool `json:"denySetID,omitempty"`
 }
+
+var jsonMarshal = json.Marshal
+
+// mountSpec is one mount the helper puts in place.
+type mountSpec struct {
+	Path string `json:"path"`
+	// FD is the helper's descriptor of a detached mount to move onto Path;
+	// 0: the helper clones Path onto itself.
+	FD       int  `json:"fd,omitempty"`
+	ReadOnly bool `json:"readOnly,omitempty"`
+}
+
+// User is the host id sandboxed commands run as when the executor is root.
+type User struct{ UID, GID int }
+
+func (u User) String() string { return fmt.Sprintf("%d:%d", u.UID, u.GID) }
+
+// DefaultUser is the id a root executor gives sandboxed commands: the
+// conventional unprivileged nobody:nogroup.
+var DefaultUser = User{UID: 65534, GID: 65534}
+
+// ErrRootSandboxUser refuses to run sandboxed commands as host root.
+var ErrRootSandboxUser = errors.New("sandbox: sandboxed commands must not run as uid 0")
 
 var (
 	selfOnce sync.Once
@@ -121,10 +196,22 @@ func self() (string, error) {
 	return selfPath, selfErr
 }
 
-// SetHelperBinary overrides the helper binary (tests build one).
+// SetHelperBinary overrides the helper binary (tests build one). It is
+// executed through a descriptor, as /proc/self/exe is: the command's
+// unprivileged user need not be able to reach the file's directory.
 func SetHelperBinary(path string) {
 	selfOnce.Do(func() {})
 	selfPath, selfErr = path, nil
+	if strings.HasPrefix(path, "/proc/") {
+		return
+	}
+	if f, err := os.Open(path); err == nil {
+		if helperFile != nil {
+			helperFile.Close()
+		}
+		helperFile = f
+		selfPath = fmt.Sprintf("/proc/self/fd/%d", f.Fd())
+	}
 }
 
 // Prepare rewrites req to run under the sandbox helper, or refuses with
@@ -138,7 +225,7 @@ func Prepare(req Request, caps Capabilities) (Prepared, error) {
 	if len(roots) == 0 {
 		roots = []string{req.Dir}
 	}
-	res, err := req.Policy.Resolve(Env{Cwd: req.Dir, ProjectRoots: roots, Translate: req.Translate})
+	res, err := req.Policy.Resolve(Env{Cwd: req.Dir, ProjectRoots: roots, Translate: req.Translate, Hidden: req.Hidden, SharedTempUnscanned: req.User != nil})
 	if err != nil {
 		return Prepared{}, err
 	}
@@ -146,47 +233,117 @@ func Prepare(req Request, caps Capabilities) (Prepared, error) {
 		// Full access: nothing to enforce, so nothing to wrap.
 		return Prepared{Argv: req.Argv, Arg0: req.Arg0, Dir: req.Dir, Env: req.Env, SandboxType: TypeNone, Resolved: res}, nil
 	}
-	sp := spec{Network: res.Network, FullWrite: res.FullWrite(), Protected: res.Protected, Arg0: req.Arg0, Limits: req.Limits}
+	sp := spec{Network: res.Network, FullWrite: res.FullWrite(), Arg0: req.Arg0, Limits: req.Limits, Dir: req.Dir}
+	var writable []string
 	for _, e := range res.Entries {
 		switch e.Access {
 		case AccessRead:
 			sp.ReadOnly = append(sp.ReadOnly, e.Path)
 		case AccessWrite:
 			sp.ReadWrite = append(sp.ReadWrite, e.Path)
+			writable = append(writable, e.Path)
 		case AccessNone:
 			sp.None = append(sp.None, e.Path)
+		}
+	}
+	// Only what lies in a writable root needs a read-only mount on top;
+	// elsewhere Landlock already denies writes.
+	for _, p := range res.Protected {
+		if inAnyRoot(writable, p) {
+			sp.Protected = append(sp.Protected, p)
 		}
 	}
 	if reason := caps.cannotEnforce(sp); reason != "" {
 		return Prepared{}, fmt.Errorf("%w: %s", ErrCannotEnforce, reason)
 	}
+	user := req.User
+	if user == nil && caps.Euid == 0 {
+		return Prepared{}, fmt.Errorf("%w: the executor runs as root and no unprivileged user is set for sandboxed commands", ErrCannotEnforce)
+	}
+	if user != nil && user.UID == 0 {
+		return Prepared{}, fmt.Errorf("%w: %v", ErrCannotEnforce, ErrRootSandboxUser)
+	}
+	if user != nil && !caps.MountNamespaces {
+		return Prepared{}, fmt.Errorf("%w: the executor runs as root, and sandboxed commands run as uid %d only inside a user namespace, which this machine does not allow", ErrCannotEnforce, user.UID)
+	}
 	sp.MountNamespace = caps.MountNamespaces
 	if len(sp.None) > 0 && !sp.MountNamespace && !sp.FullWrite {
 		return Prepared{}, fmt.Errorf("%w: paths with access none need user namespaces, which this machine does not allow", ErrCannotEnforce)
 	}
+	sp.DenySetID = user != nil
 	bin, err := self()
 	if err != nil {
 		return Prepared{}, fmt.Errorf("%w: cannot locate the helper binary: %v", ErrCannotEnforce, err)
 	}
-	data, err := json.Marshal(sp)
-	if err != nil {
-		return Prepared{}, err
-	}
-	env := append([]string{helperPolicyEnv + "=" + string(data)}, withoutPolicyEnv(req.Env)...)
-	env = append(env, EnvSandbox+"="+TypeLinux)
+	env := append(withoutPolicyEnv(req.Env), EnvSandbox+"="+TypeLinux)
 	if !sp.Network {
 		env = append(env, EnvSandboxNetworkOff+"=1", EnvCodexSandboxNetworkOff+"=1")
 	}
-	return Prepared{
+	prep := Prepared{
 		Argv:          append([]string{HelperName, "--"}, req.Argv...),
 		Arg0:          HelperName,
 		Path:          bin,
-		Dir:           req.Dir,
+		Dir:           "/",
 		Env:           env,
 		SandboxType:   TypeLinux,
 		Resolved:      res,
 		UserNamespace: sp.MountNamespace,
-	}, nil
+		User:          user,
+		sp:            sp,
+		user:          user,
+	}
+	if !sp.MountNamespace {
+		prep.Dir = req.Dir
+		return prep, nil
+	}
+	prep.absent = res.Absent
+	// The command's user reaches its workspaces through mounts of its own:
+	// writable roots always (they become mount points), and — when it is
+	// not the executor's user — the read-only workspaces too.
+	mounted := map[string]bool{}
+	for _, w := range writable {
+		// "/" itself is no workspace: a full-write policy lets the
+		// command write what its user may, nothing more.
+		if w != "/" && !mounted[w] && exists(w) {
+			mounted[w] = true
+			prep.mounts = append(prep.mounts, mountSpec{Path: w})
+		}
+	}
+	if user != nil {
+		for _, w := range res.Workspaces {
+			if !mounted[w] && !inAnyRoot(writable, w) && exists(w) && res.Access(w) != AccessNone {
+				mounted[w] = true
+				prep.mounts = append(prep.mounts, mountSpec{Path: w, ReadOnly: true})
+			}
+		}
+	}
+	// A workspace inside another writable root (a checkout under /tmp)
+	// could still be moved away with a directory above it: every
+	// directory between the two becomes a mount point as well.
+	for _, m := range append([]mountSpec(nil), prep.mounts...) {
+		for a := filepath.Dir(m.Path); a != "/" && a != "."; a = filepath.Dir(a) {
+			if mounted[a] || !inAnyRoot(writable, a) || slices.Contains(writable, a) {
+				continue
+			}
+			mounted[a] = true
+			prep.mounts = append(prep.mounts, mountSpec{Path: a})
+		}
+	}
+	return prep, nil
+}
+
+func exists(p string) bool {
+	_, err := os.Stat(p)
+	return err == nil
+}
+
+func inAnyRoot(roots []string, p string) bool {
+	for _, r := range roots {
+		if within(r, p) {
+			return true
+		}
+	}
+	return false
 }
 
 func withoutPolicyEnv(env []string) []string {
@@ -206,12 +363,18 @@ type Capabilities struct {
 	LandlockABI     int
 	Seccomp         bool
 	MountNamespaces bool // user + mount + PID namespaces for the helper
+	// Euid is the executor's effective uid: as root, sandboxed commands
+	// run as an unprivileged user (Request.User).
+	Euid int
+	// IDMappedMounts: workspaces can be ID-mapped for that user.
+	IDMappedMounts bool
 }
 
 // Probe inspects the machine once.
 func Probe() Capabilities {
 	probeOnce.Do(func() {
-		probed = Capabilities{OS: runtime.GOOS, Kernel: kernelRelease(), LandlockABI: LandlockABI(), Seccomp: SeccompSupported(), MountNamespaces: canUnshareMount()}
+		probed = Capabilities{OS: runtime.GOOS, Kernel: kernelRelease(), LandlockABI: LandlockABI(), Seccomp: SeccompSupported(), MountNamespaces: canUnshareMount(), Euid: os.Geteuid()}
+		probed.IDMappedMounts = probed.MountNamespaces && canIDMap()
 	})
 	return probed
 }
@@ -246,7 +409,11 @@ func (c Capabilities) Check(policy Policy) error {
 	if err != nil {
 		dir = "/"
 	}
-	_, err = Prepare(Request{Argv: []string{"/bin/true"}, Dir: dir, Policy: policy}, c)
+	var user *User
+	if c.Euid == 0 {
+		user = &DefaultUser
+	}
+	_, err = Prepare(Request{Argv: []string{"/bin/true"}, Dir: dir, Policy: policy, User: user}, c)
 	return err
 }
 
@@ -285,12 +452,27 @@ func (c Capabilities) Report() []string {
 	if c.LandlockABI >= 4 {
 		enforced = append(enforced, "network off: TCP bind/connect denied (Landlock)")
 	}
-	if c.MountNamespaces {
-		enforced = append(enforced, "protected sub-paths (.git, .outpost, .agents, .codex) read-only (mount namespace)",
+	if c.MountNamespaces && ProcMasked() {
+		enforced = append(enforced, "protected names (.git, .outpost, .agents, .codex) read-only at any depth (mount namespace)",
+			"a PID namespace per command (it can signal nothing outside)")
+		notEnforced = append(notEnforced, "a /proc of the command's own: this container masks /proc paths, so commands see the container's /proc")
+	} else if c.MountNamespaces {
+		enforced = append(enforced, "protected names (.git, .outpost, .agents, .codex) read-only at any depth (mount namespace)",
 			"a PID namespace per command with its own /proc (other processes are invisible)")
 	} else {
 		notEnforced = append(notEnforced, "protected sub-paths inside writable roots are NOT enforced (no user namespaces)",
 			"no PID namespace: commands can see other processes of the same user")
+	}
+	switch {
+	case c.Euid != 0:
+		enforced = append(enforced, fmt.Sprintf("sandboxed commands run as this executor's uid %d (root only inside their user namespace)", c.Euid))
+	case c.MountNamespaces && c.IDMappedMounts:
+		enforced = append(enforced, fmt.Sprintf("sandboxed commands never run as host root: as uid %s (--sandbox-user; root only inside their user namespace), workspaces reach them through ID-mapped mounts", DefaultUser))
+	case c.MountNamespaces:
+		enforced = append(enforced, fmt.Sprintf("sandboxed commands never run as host root: as uid %s (--sandbox-user)", DefaultUser))
+		notEnforced = append(notEnforced, "ID-mapped mounts (Linux 5.12+): workspaces that uid does not own cannot be written; such starts are refused")
+	default:
+		notEnforced = append(notEnforced, "the executor runs as root without user namespaces: sandboxed starts are refused (they would run as root)")
 	}
 	for _, e := range enforced {
 		lines = append(lines, "enforced: "+e)

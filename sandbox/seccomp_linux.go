@@ -17,6 +17,13 @@ type SeccompOptions struct {
 	// DenyNetwork: socket() and socketpair() only for AF_UNIX (any other
 	// domain → EPERM); so no TCP/UDP/raw/netlink/packet socket can be created.
 	DenyNetwork bool
+	// DenySetID refuses to give a file a set-user-ID or set-group-ID mode
+	// (chmod family, open/creat/mknod with such a mode: EPERM) and makes
+	// openat2, whose mode seccomp cannot see, fail with ENOSYS so callers
+	// fall back to openat. A command whose files land on disk with another
+	// owner's ids (an ID-mapped workspace) could otherwise leave a
+	// set-user-ID program of that owner behind.
+	DenySetID bool
 	// ThisThreadOnly installs the filter on the calling thread only (no
 	// TSYNC): enough, and cheaper, when that thread is about to execve.
 	// The caller must hold runtime.LockOSThread and never release it.
@@ -43,9 +50,25 @@ const (
 	// AUDIT_ARCH_X86_64 but with this bit set in the syscall number.
 	x32SyscallBit = 0x40000000
 
-	retAllow = unix.SECCOMP_RET_ALLOW
-	retEPERM = unix.SECCOMP_RET_ERRNO | (uint32(unix.EPERM) & unix.SECCOMP_RET_DATA)
+	retAllow  = unix.SECCOMP_RET_ALLOW
+	retEPERM  = unix.SECCOMP_RET_ERRNO | (uint32(unix.EPERM) & unix.SECCOMP_RET_DATA)
+	retENOSYS = unix.SECCOMP_RET_ERRNO | (uint32(unix.ENOSYS) & unix.SECCOMP_RET_DATA)
+
+	// setIDBits are S_ISUID|S_ISGID; createFlags are O_CREAT|__O_TMPFILE,
+	// the flags under which open's mode argument is read.
+	setIDBits    = unix.S_ISUID | unix.S_ISGID
+	createFlags  = unix.O_CREAT | 0x400000
+	sysOpenat2   = 437
+	sysFchmodat2 = 452
 )
+
+// modeCall is a syscall that takes a file mode: the argument index of the
+// mode, and of the open flags that say whether the mode is used (-1: it
+// always is).
+type modeCall struct {
+	nr          uint32
+	mode, flags int
+}
 
 // alwaysDenied are the syscalls refused (EPERM) in every mode.
 var alwaysDenied = []uint32{
@@ -109,6 +132,11 @@ func (b *bpfBuilder) loadAbs(off uint32) {
 	b.insns = append(b.insns, bpfInsn{f: unix.SockFilter{Code: unix.BPF_LD | unix.BPF_W | unix.BPF_ABS, K: off}})
 }
 
+// and emits "A &= k".
+func (b *bpfBuilder) and(k uint32) {
+	b.insns = append(b.insns, bpfInsn{f: unix.SockFilter{Code: unix.BPF_ALU | unix.BPF_AND | unix.BPF_K, K: k}})
+}
+
 // jump emits "if A <op> k goto jt else goto jf" (op is unix.BPF_JEQ, BPF_JGE, ...).
 func (b *bpfBuilder) jump(op uint16, k uint32, jt, jf bpfLabel) {
 	b.insns = append(b.insns, bpfInsn{f: unix.SockFilter{Code: unix.BPF_JMP | op | unix.BPF_K, K: k}, jt: jt, jf: jf})
@@ -166,7 +194,7 @@ func buildSeccompProgram(opts SeccompOptions) ([]unix.SockFilter, error) {
 		return nil, err
 	}
 	var b bpfBuilder
-	allow, deny := b.newLabel(), b.newLabel()
+	allow, deny, enosys := b.newLabel(), b.newLabel(), b.newLabel()
 	ioctlCheck, sockCheck := b.newLabel(), b.newLabel()
 
 	b.loadAbs(seccompDataArch)
@@ -179,6 +207,17 @@ func buildSeccompProgram(opts SeccompOptions) ([]unix.SockFilter, error) {
 		b.jump(unix.BPF_JEQ, nr, deny, 0)
 	}
 	b.jump(unix.BPF_JEQ, unix.SYS_IOCTL, ioctlCheck, 0)
+	var modeChecks []bpfLabel
+	if opts.DenySetID {
+		b.jump(unix.BPF_JEQ, sysOpenat2, enosys, 0)
+		for range setIDCalls {
+			l := b.newLabel()
+			modeChecks = append(modeChecks, l)
+		}
+		for i, c := range setIDCalls {
+			b.jump(unix.BPF_JEQ, c.nr, modeChecks[i], 0)
+		}
+	}
 	if opts.DenyNetwork {
 		b.jump(unix.BPF_JEQ, unix.SYS_SOCKET, sockCheck, 0)
 		b.jump(unix.BPF_JEQ, unix.SYS_SOCKETPAIR, sockCheck, 0)
@@ -198,10 +237,27 @@ func buildSeccompProgram(opts SeccompOptions) ([]unix.SockFilter, error) {
 		b.jump(unix.BPF_JEQ, unix.AF_UNIX, allow, deny)
 	}
 
+	for i, c := range setIDCalls {
+		if !opts.DenySetID {
+			break
+		}
+		b.mark(modeChecks[i])
+		if c.flags >= 0 {
+			b.loadAbs(seccompDataArgs + 8*uint32(c.flags))
+			b.and(createFlags)
+			b.jump(unix.BPF_JEQ, 0, allow, 0)
+		}
+		b.loadAbs(seccompDataArgs + 8*uint32(c.mode))
+		b.and(setIDBits)
+		b.jump(unix.BPF_JEQ, 0, allow, deny)
+	}
+
 	b.mark(allow)
 	b.ret(retAllow)
 	b.mark(deny)
 	b.ret(retEPERM)
+	b.mark(enosys)
+	b.ret(retENOSYS)
 	return b.assemble()
 }
 
