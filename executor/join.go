@@ -34,8 +34,20 @@ type JoinOptions struct {
 }
 
 // ErrJoinRefused wraps a relay's refusal (bad token, another key owns the
-// id): retrying does not help.
+// id, a revoked key): retrying does not help.
 var ErrJoinRefused = errors.New("the relay refused this executor")
+
+// ErrKeyRevoked wraps the relay's refusal of a key revoked there (`outpost
+// executors revoke`); it comes wrapped in ErrJoinRefused too. Only a new
+// key, joining with a new join token, can join again.
+var ErrKeyRevoked = errors.New("the relay has revoked this executor's key")
+
+// ErrAlreadyJoined wraps the relay's refusal of a join for an id that is
+// joined, with this same key, on another connection that still answers the
+// relay. It is not a final refusal: Join retries with backoff, since the
+// other connection may be this executor's own, dead without the relay
+// having noticed yet. If it persists, another host holds this key.
+var ErrAlreadyJoined = errors.New("the executor id is already joined from another connection with this key")
 
 // errRelayDraining: the relay sent relay/reconnect.
 var errRelayDraining = errors.New("the relay is draining")
@@ -43,7 +55,9 @@ var errRelayDraining = errors.New("the relay is draining")
 // Join keeps the executor joined to a relay until ctx ends: it dials out,
 // registers, serves every client the relay splices to it, and reconnects
 // with jittered exponential backoff (100 ms to 30 s) when the connection
-// drops. A refusal by the relay ends it with ErrJoinRefused.
+// drops. A refusal by the relay ends it with ErrJoinRefused, except
+// ErrAlreadyJoined (the id is live on another connection with this key),
+// which it logs at warn level and retries with the same backoff.
 //
 // When a draining relay says relay/reconnect, Join dials a new session at
 // once (after up to 250 ms of jitter, so a relay's executors do not all
@@ -72,6 +86,10 @@ func (s *Server) Join(ctx context.Context, opts JoinOptions) error {
 	for {
 		joinedAt, old, err := s.joinOnce(ctx, addr, relayKey, opts)
 		if errors.Is(err, ErrJoinRefused) {
+			if errors.Is(err, ErrKeyRevoked) {
+				s.log.Error("the relay has revoked this executor's key: it can never join again; remove executor.key (a new key is made) and join with a new join token",
+					zap.String("executor", opts.ID), zap.String("relay", addr), zap.Error(err))
+			}
 			return err
 		}
 		if ctx.Err() != nil {
@@ -94,7 +112,12 @@ func (s *Server) Join(ctx context.Context, opts JoinOptions) error {
 		if !joinedAt.IsZero() && time.Since(joinedAt) > time.Minute {
 			backoff = 100 * time.Millisecond // it was a healthy connection
 		}
-		s.log.Info("relay connection ended; reconnecting", zap.Error(err), zap.Duration("backoff", backoff))
+		if errors.Is(err, ErrAlreadyJoined) {
+			s.log.Warn(fmt.Sprintf("executor id %s is already joined from another connection with this key — if this is not you, your executor.key is stolen: run `outpost executors revoke %s` on the relay", opts.ID, opts.ID),
+				zap.String("executor", opts.ID), zap.String("relay", addr), zap.Duration("backoff", backoff))
+		} else {
+			s.log.Info("relay connection ended; reconnecting", zap.Error(err), zap.Duration("backoff", backoff))
+		}
 		sleep := time.Duration(rand.Int64N(int64(backoff))) + time.Millisecond
 		select {
 		case <-time.After(sleep):
@@ -141,6 +164,12 @@ func (s *Server) joinOnce(ctx context.Context, addr string, relayKey identity.Pu
 		return time.Time{}, nil, fmt.Errorf("relay/join: %w", err)
 	}
 	if m.Error != nil {
+		switch m.Error.Code {
+		case protocol.CodeRelayAlreadyJoined:
+			return time.Time{}, nil, fmt.Errorf("%w: %s", ErrAlreadyJoined, m.Error.Message)
+		case protocol.CodeRelayKeyRevoked:
+			return time.Time{}, nil, fmt.Errorf("%w: %w: %s", ErrJoinRefused, ErrKeyRevoked, m.Error.Message)
+		}
 		return time.Time{}, nil, fmt.Errorf("%w: %s", ErrJoinRefused, m.Error.Message)
 	}
 	joinedAt = time.Now()

@@ -57,3 +57,16 @@ type RelayExecutorsParams struct {
 type RelayExecutorsResult struct {
 	Executors []RelayExecutor `json:"executors" msgpack:"executors"`
 }
+
+// Relay refusals that a joining executor must tell apart (outpost's own
+// codes; codex never talks to a relay).
+const (
+	// CodeRelayAlreadyJoined: the id is joined, with this same key, on
+	// another connection that still answers. Retrying later is right (the
+	// other connection may be this executor's own, about to die); if it
+	// keeps happening the key is in two hands.
+	CodeRelayAlreadyJoined = -32020
+	// CodeRelayKeyRevoked: the operator revoked this key (`outpost
+	// executors revoke`); it can never join again, under any id.
+	CodeRelayKeyRevoked = -32021
+)

@@ -17,6 +17,25 @@
 // join token); later joins authenticate by the key alone, and another key
 // claiming the id is refused.
 //
+// One live session per id. A join for an id that is already joined with
+// the same key is either the executor reconnecting after its old connection
+// died without the relay noticing, or a second holder of the key (a stolen
+// executor.key). The relay tells them apart by asking the old session: it
+// sends a yamux ping and waits Config.LivenessTimeout (2.5 s). If the old
+// session answers, the newcomer is refused with protocol.CodeRelayAlreadyJoined
+// (ErrAlreadyJoined; logged at warn level and counted in Stats.DuplicateJoins)
+// and the old session keeps the id; if it does not, the old session is closed
+// and the newcomer takes the id. So an impostor can never take the id from a
+// live executor (the id does not flap between them), and a real reconnect
+// costs at most the liveness timeout. Concurrent newcomers share one ping.
+//
+// A revoked key (Store.RevokeExecutor, `outpost executors revoke`) is
+// refused at the join step with protocol.CodeRelayKeyRevoked, under any id.
+// While executors are joined the relay polls the store's revocation
+// sequence every Config.RevocationPoll (1 s) and closes the sessions of keys
+// revoked meanwhile, so a revocation made by another process takes effect
+// within about a second.
+//
 // Bounds: Config.MaxExecutors joined executors, Config.MaxConnections TCP
 // connections (and Config.MaxHandshakes in progress); per executor, its
 // yamux stream limit; per spliced stream, two goroutines and a copy buffer
@@ -72,6 +91,14 @@ type Config struct {
 	// keep handshake slots busy.
 	MaxFailedHandshakes int
 	FailureWindow       time.Duration
+	// LivenessTimeout is how long the joined session of an id has to answer
+	// a ping when the same key joins the id again (default 2.5 s): answered,
+	// the newcomer is refused; unanswered, the old session is closed and
+	// the newcomer takes the id.
+	LivenessTimeout time.Duration
+	// RevocationPoll is how often the relay, while executors are joined,
+	// looks in the store for keys revoked by another process (default 1 s).
+	RevocationPoll time.Duration
 }
 
 func (c Config) handshakeTimeout() time.Duration {
@@ -80,6 +107,12 @@ func (c Config) handshakeTimeout() time.Duration {
 	}
 	return transport.DefaultHandshakeTimeout
 }
+
+// Defaults of Config.LivenessTimeout and Config.RevocationPoll.
+const (
+	DefaultLivenessTimeout = 2500 * time.Millisecond
+	DefaultRevocationPoll  = time.Second
+)
 
 // Server is a relay.
 type Server struct {
@@ -92,11 +125,15 @@ type Server struct {
 	spliced   int                      // client streams spliced now
 	draining  bool                     // Drain was called
 	drained   chan struct{}            // closed once draining and spliced == 0
+	watching  bool                     // watchRevocations is running
 
 	failedHandshakes atomic.Uint64
 	splicedBytes     atomic.Uint64
 	redeemedTokens   atomic.Uint64
 	refusedTokens    atomic.Uint64
+	duplicateJoins   atomic.Uint64
+	revokedJoins     atomic.Uint64
+	revokedSessions  atomic.Uint64
 }
 
 type failureCount struct {
@@ -113,7 +150,17 @@ type joined struct {
 	sess    *yamux.Session
 	ctl     net.Conn // the join stream, for the reconnect notice
 	mc      *transport.MsgpackConn
+	remote  string
 	streams int // spliced client streams, under Server.mu
+	// Under Server.mu:
+	probe      *liveness // the ping in flight for a duplicate join, if any
+	checkedSeq uint64    // the store's revocation sequence its key was checked at
+}
+
+// liveness is one ping of a joined session; done is closed once alive is set.
+type liveness struct {
+	done  chan struct{}
+	alive bool
 }
 
 // Errors a client sees.
@@ -121,6 +168,16 @@ var (
 	ErrExecutorOffline = errors.New("executor is offline")
 	ErrNotAllowed      = errors.New("this client token may not reach that executor")
 	ErrShuttingDown    = errors.New("the relay is shutting down")
+)
+
+// ErrAlreadyJoined refuses a join: the id is joined, with the same key, on
+// another session that still answers (see the package comment).
+var ErrAlreadyJoined = errors.New("executor id is already joined from another connection with this key")
+
+// errRelayFull and errDraining refuse a join for the relay's own reasons.
+var (
+	errRelayFull = errors.New("this relay is full")
+	errDraining  = errors.New("draining")
 )
 
 // NewServer returns a relay.
@@ -151,6 +208,12 @@ func NewServer(cfg Config) (*Server, error) {
 	}
 	if cfg.FailureWindow <= 0 {
 		cfg.FailureWindow = time.Minute
+	}
+	if cfg.LivenessTimeout <= 0 {
+		cfg.LivenessTimeout = DefaultLivenessTimeout
+	}
+	if cfg.RevocationPoll <= 0 {
+		cfg.RevocationPoll = DefaultRevocationPoll
 	}
 	return &Server{cfg: cfg, log: cfg.Logger, executors: map[string]*joined{}, failures: map[string]*failureCount{}, drained: make(chan struct{})}, nil
 }
@@ -345,7 +408,7 @@ func (s *Server) serve(ctx context.Context, c net.Conn, hs chan struct{}) {
 	copy(peer[:], nc.PeerStatic())
 	switch m.Method {
 	case protocol.MethodRelayJoin:
-		s.join(ctx, sess, ctl, mc, m, peer)
+		s.join(ctx, sess, ctl, mc, m, peer, c.RemoteAddr().String())
 	case protocol.MethodRelayConnect:
 		s.connect(ctx, ctl, mc, m)
 	case protocol.MethodRelayExecutors:
@@ -355,37 +418,46 @@ func (s *Server) serve(ctx context.Context, c net.Conn, hs chan struct{}) {
 	}
 }
 
-func (s *Server) join(ctx context.Context, sess *yamux.Session, ctl net.Conn, mc *transport.MsgpackConn, m *transport.Message, peer [32]byte) {
+func (s *Server) join(ctx context.Context, sess *yamux.Session, ctl net.Conn, mc *transport.MsgpackConn, m *transport.Message, peer [32]byte, remote string) {
 	p, perr := parseJoin(m)
 	if perr != nil {
 		mc.WriteError(ctx, m.ID, perr)
 		return
 	}
-	if err := s.authorizeJoin(p, peer); err != nil {
+	seq, err := s.authorizeJoin(p, peer)
+	if errors.Is(err, ErrKeyRevoked) {
+		s.revokedJoins.Add(1)
+		s.log.Warn("executor join refused: its key is revoked", zap.String("executor", p.ExecutorID), zap.String("remote", remote), zap.String("fingerprint", fingerprint(peer)))
+		mc.WriteError(ctx, m.ID, protocol.Errorf(protocol.CodeRelayKeyRevoked,
+			"relay/join: executor key %s has been revoked on this relay and can never join again; make a new key (remove executor.key) and join with a new join token", fingerprint(peer)))
+		return
+	}
+	if err != nil {
 		s.log.Info("executor join refused", zap.String("executor", p.ExecutorID), zap.Error(err))
 		mc.WriteError(ctx, m.ID, protocol.Errorf(protocol.CodeInvalidRequest, "relay/join: %v", err))
 		return
 	}
-	j := &joined{id: p.ExecutorID, key: peer, labels: p.Labels, version: p.Version, since: time.Now(), sess: sess, ctl: ctl, mc: mc}
-	s.mu.Lock()
-	if s.draining {
+	j := &joined{id: p.ExecutorID, key: peer, labels: p.Labels, version: p.Version, since: time.Now(), sess: sess, ctl: ctl, mc: mc, remote: remote, checkedSeq: seq}
+	holder, err := s.admit(ctx, j)
+	switch {
+	case err == nil:
+	case errors.Is(err, errDraining), ctx.Err() != nil:
 		// No reply: an error would read as a refusal, and the executor
 		// would give up instead of retrying against our successor.
-		s.mu.Unlock()
 		return
-	}
-	old := s.executors[j.id]
-	if old == nil && len(s.executors) >= s.cfg.MaxExecutors {
-		s.mu.Unlock()
+	case errors.Is(err, errRelayFull):
 		mc.WriteError(ctx, m.ID, protocol.Errorf(protocol.CodeInvalidRequest, "relay/join: this relay is full (%d executors)", s.cfg.MaxExecutors))
 		return
+	case errors.Is(err, ErrAlreadyJoined):
+		s.duplicateJoins.Add(1)
+		s.log.Warn("duplicate executor join refused: the id is joined, and answering, on another connection with the same key; if the executor is not reconnecting from there, its key is stolen: revoke it with `outpost executors revoke`",
+			zap.String("executor", j.id), zap.String("remote", remote), zap.String("fingerprint", fingerprint(peer)), zap.String("joined_from", holder))
+		mc.WriteError(ctx, m.ID, protocol.Errorf(protocol.CodeRelayAlreadyJoined, "relay/join: executor id %s is already joined from another connection with this key", j.id))
+		return
+	default:
+		return
 	}
-	s.executors[j.id] = j
-	s.mu.Unlock()
-	if old != nil {
-		old.sess.Close() // the same executor reconnected
-	}
-	s.log.Info("executor joined", zap.String("executor", j.id))
+	s.log.Info("executor joined", zap.String("executor", j.id), zap.String("remote", remote))
 	if err := mc.WriteResult(ctx, m.ID, protocol.Empty{}); err != nil {
 		s.leave(j)
 		return
@@ -394,24 +466,200 @@ func (s *Server) join(ctx context.Context, sess *yamux.Session, ctl net.Conn, mc
 	s.leave(j)
 }
 
-func (s *Server) authorizeJoin(p protocol.RelayJoinParams, peer [32]byte) error {
-	bound, ok, err := s.cfg.Tokens.ExecutorKey(p.ExecutorID)
+// maxAdmitRounds bounds admit's rounds: a round ends with j admitted, j
+// refused, or a dead holder removed (then j tries again).
+const maxAdmitRounds = 3
+
+// admit makes j the joined session of its id, following the rule in the
+// package comment. When it refuses j with ErrAlreadyJoined it returns the
+// remote address of the session that holds the id.
+func (s *Server) admit(ctx context.Context, j *joined) (holder string, err error) {
+	for range maxAdmitRounds {
+		s.mu.Lock()
+		if s.draining {
+			s.mu.Unlock()
+			return "", errDraining
+		}
+		old := s.executors[j.id]
+		if old == nil {
+			if len(s.executors) >= s.cfg.MaxExecutors {
+				s.mu.Unlock()
+				return "", errRelayFull
+			}
+			s.executors[j.id] = j
+			if !s.watching {
+				s.watching = true
+				go s.watchRevocations()
+			}
+			s.mu.Unlock()
+			return "", nil
+		}
+		if old.key != j.key {
+			// The id was bound to j's key after old joined (old's key was
+			// revoked and the id rebound): old is stale.
+			delete(s.executors, j.id)
+			s.mu.Unlock()
+			old.sess.Close()
+			continue
+		}
+		pr := s.probeLocked(old)
+		s.mu.Unlock()
+		select {
+		case <-pr.done:
+		case <-ctx.Done():
+			return "", ctx.Err()
+		}
+		if pr.alive {
+			return old.remote, ErrAlreadyJoined
+		}
+		// The probe closed old and removed it: try again.
+	}
+	return "", ErrAlreadyJoined
+}
+
+// probeLocked pings j's session, or joins the ping already in flight. If j
+// does not answer within Config.LivenessTimeout it is removed and closed.
+// Call with s.mu held.
+func (s *Server) probeLocked(j *joined) *liveness {
+	if j.probe != nil {
+		return j.probe
+	}
+	pr := &liveness{done: make(chan struct{})}
+	j.probe = pr
+	go func() {
+		alive := ping(j.sess, s.cfg.LivenessTimeout)
+		s.mu.Lock()
+		j.probe = nil
+		pr.alive = alive
+		if !alive && s.executors[j.id] == j {
+			delete(s.executors, j.id)
+		}
+		s.mu.Unlock()
+		if !alive {
+			s.log.Info("joined executor did not answer a ping; a new join with its key replaces it", zap.String("executor", j.id), zap.String("remote", j.remote))
+			j.sess.Close()
+		}
+		close(pr.done)
+	}()
+	return pr
+}
+
+// ping reports whether sess answers a yamux ping within timeout. The
+// pinging goroutine outlives a timeout only until the session is closed
+// (which the caller does) or yamux gives up on its own.
+func ping(sess *yamux.Session, timeout time.Duration) bool {
+	res := make(chan error, 1)
+	go func() {
+		_, err := sess.Ping()
+		res <- err
+	}()
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	select {
+	case err := <-res:
+		return err == nil
+	case <-t.C:
+		return false
+	}
+}
+
+// authorizeJoin checks the joining key against the id's binding (binding
+// it with a join token the first time) and the revoked keys. It returns the
+// store's revocation sequence number the check reflects.
+func (s *Server) authorizeJoin(p protocol.RelayJoinParams, peer [32]byte) (uint64, error) {
+	st, err := s.cfg.Tokens.CheckExecutor(p.ExecutorID, peer)
+	if err != nil {
+		return 0, err
+	}
+	if st.KeyRevoked {
+		return 0, ErrKeyRevoked
+	}
+	if st.Bound {
+		if st.BoundKey != peer {
+			return 0, ErrExecutorKeyMismatch
+		}
+		return st.Seq, nil // known key: no token needed
+	}
+	if p.Token == "" {
+		return 0, errors.New("a join token is needed the first time an executor joins")
+	}
+	if _, err := s.redeem(TokenJoin, p.Token); err != nil {
+		return 0, err
+	}
+	// BindExecutor refuses a key revoked since the check; a revocation
+	// after it has a later sequence number, which the watcher catches.
+	return st.Seq, s.cfg.Tokens.BindExecutor(p.ExecutorID, peer)
+}
+
+// watchRevocations runs while any executor is joined: every
+// Config.RevocationPoll it reads the store's revocation sequence and
+// re-checks the keys of joined executors checked before it moved, closing
+// the sessions of revoked ones.
+func (s *Server) watchRevocations() {
+	t := time.NewTicker(s.cfg.RevocationPoll)
+	defer t.Stop()
+	for range t.C {
+		s.mu.Lock()
+		if len(s.executors) == 0 {
+			s.watching = false
+			s.mu.Unlock()
+			return
+		}
+		s.mu.Unlock()
+		if err := s.checkRevocations(); err != nil {
+			s.log.Warn("cannot read revoked keys from the token store", zap.Error(err))
+		}
+	}
+}
+
+// checkRevocations closes the sessions of joined executors whose keys were
+// revoked since they were checked.
+func (s *Server) checkRevocations() error {
+	seq, err := s.cfg.Tokens.RevocationSeq()
 	if err != nil {
 		return err
 	}
-	if ok {
-		if bound != peer {
-			return ErrExecutorKeyMismatch
+	s.mu.Lock()
+	var stale []*joined
+	var keys [][32]byte
+	seen := map[[32]byte]bool{}
+	for _, j := range s.executors {
+		if j.checkedSeq < seq {
+			stale = append(stale, j)
+			if !seen[j.key] {
+				seen[j.key] = true
+				keys = append(keys, j.key)
+			}
 		}
-		return nil // known key: no token needed
 	}
-	if p.Token == "" {
-		return errors.New("a join token is needed the first time an executor joins")
+	s.mu.Unlock()
+	if len(stale) == 0 {
+		return nil
 	}
-	if _, err := s.redeem(TokenJoin, p.Token); err != nil {
+	revoked, seq, err := s.cfg.Tokens.RevokedKeys(keys)
+	if err != nil {
 		return err
 	}
-	return s.cfg.Tokens.BindExecutor(p.ExecutorID, peer)
+	var cut []*joined
+	s.mu.Lock()
+	for _, j := range stale {
+		switch {
+		case revoked[j.key]:
+			if s.executors[j.id] == j {
+				delete(s.executors, j.id)
+			}
+			cut = append(cut, j)
+		case j.checkedSeq < seq:
+			j.checkedSeq = seq
+		}
+	}
+	s.mu.Unlock()
+	for _, j := range cut {
+		s.revokedSessions.Add(1)
+		s.log.Warn("executor key revoked: session closed", zap.String("executor", j.id), zap.String("remote", j.remote), zap.String("fingerprint", fingerprint(j.key)))
+		j.sess.Close()
+	}
+	return nil
 }
 
 func (s *Server) leave(j *joined) {
@@ -678,6 +926,9 @@ type Stats struct {
 	SplicedBytes     uint64 // since start, both directions, counted when a stream ends
 	RedeemedTokens   uint64 // join and client tokens accepted, since start
 	RefusedTokens    uint64 // unknown, expired, used-up or wrong-kind tokens, since start
+	DuplicateJoins   uint64 // joins refused because the id is joined, alive, with the same key, since start
+	RevokedKeyJoins  uint64 // joins refused because the key is revoked, since start
+	RevokedSessions  uint64 // joined sessions closed because their key was revoked, since start
 }
 
 // Stats returns the relay's current state.
@@ -690,6 +941,9 @@ func (s *Server) Stats() Stats {
 		SplicedBytes:     s.splicedBytes.Load(),
 		RedeemedTokens:   s.redeemedTokens.Load(),
 		RefusedTokens:    s.refusedTokens.Load(),
+		DuplicateJoins:   s.duplicateJoins.Load(),
+		RevokedKeyJoins:  s.revokedJoins.Load(),
+		RevokedSessions:  s.revokedSessions.Load(),
 	}
 	st.SplicedStreams = s.spliced
 	for _, f := range s.failures {

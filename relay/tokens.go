@@ -7,12 +7,17 @@ package relay
 // same file at the same time; bbolt takes an exclusive flock on the file, so
 // the store never keeps it open: every operation opens the file (waiting at
 // most storeLockTimeout for the lock), runs one transaction and closes it.
+//
+// Revoked executor keys live here too (`outpost executors revoke` writes
+// them while the relay runs): each revocation bumps a sequence number, which
+// a running relay polls to find the sessions it must cut.
 
 import (
 	"crypto/rand"
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/base64"
+	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -67,6 +72,11 @@ var (
 	ErrTokenUsedUp         = errors.New("token has no uses left")
 	ErrTokenKind           = errors.New("token is of the wrong kind for this use")
 	ErrExecutorKeyMismatch = errors.New("executor id is already bound to a different key")
+	// ErrKeyRevoked: the key was revoked (RevokeExecutor) and may never
+	// join again, under any id.
+	ErrKeyRevoked = errors.New("this executor key has been revoked on the relay")
+	// ErrExecutorUnknown: no key is bound to that executor id.
+	ErrExecutorUnknown = errors.New("no key is bound to that executor id on this relay (it never joined, or was revoked already)")
 )
 
 const (
@@ -82,10 +92,14 @@ const (
 var secretLen = len(secretPrefix) + base64.RawURLEncoding.EncodedLen(secretRandBytes)
 
 var (
-	bucketTokens    = []byte("tokens")    // hex(sha256(secret)) -> JSON tokenRecord
-	bucketTokenIDs  = []byte("token_ids") // token id -> hex(sha256(secret))
-	bucketExecutors = []byte("executors") // executor id -> 32-byte public key
+	bucketTokens    = []byte("tokens")       // hex(sha256(secret)) -> JSON tokenRecord
+	bucketTokenIDs  = []byte("token_ids")    // token id -> hex(sha256(secret))
+	bucketExecutors = []byte("executors")    // executor id -> 32-byte public key
+	bucketRevoked   = []byte("revoked_keys") // 32-byte public key -> JSON revocationRecord
+	bucketMeta      = []byte("meta")         // metaRevocationSeq -> uint64 big-endian
 )
+
+var metaRevocationSeq = []byte("revocation_seq")
 
 // tokenRecord is what is persisted per token.
 type tokenRecord struct {
@@ -140,7 +154,7 @@ func OpenStore(path string) (*Store, error) {
 	}
 	s := &Store{path: path, now: time.Now}
 	err := s.update(func(tx *bolt.Tx) error {
-		for _, b := range [][]byte{bucketTokens, bucketTokenIDs, bucketExecutors} {
+		for _, b := range [][]byte{bucketTokens, bucketTokenIDs, bucketExecutors, bucketRevoked, bucketMeta} {
 			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
 				return err
 			}
@@ -401,7 +415,8 @@ func (s *Store) Revoke(id string) error {
 
 // BindExecutor records that executor id uses the given public key. The first
 // binding wins and is persisted: binding the same key again succeeds, binding
-// a different key fails with ErrExecutorKeyMismatch.
+// a different key fails with ErrExecutorKeyMismatch, and a revoked key
+// with ErrKeyRevoked.
 func (s *Store) BindExecutor(id string, key [32]byte) error {
 	if id == "" {
 		return errors.New("relay: executor id is empty")
@@ -410,6 +425,13 @@ func (s *Store) BindExecutor(id string, key [32]byte) error {
 		b, err := bucket(tx, bucketExecutors)
 		if err != nil {
 			return err
+		}
+		rb, err := bucket(tx, bucketRevoked)
+		if err != nil {
+			return err
+		}
+		if rb.Get(key[:]) != nil {
+			return ErrKeyRevoked
 		}
 		old := b.Get([]byte(id))
 		if old == nil {
@@ -492,4 +514,168 @@ func copyLabels(m map[string]string) map[string]string {
 		out[k] = v
 	}
 	return out
+}
+
+// Revocation describes a revoked executor key.
+type Revocation struct {
+	Key       [32]byte
+	IDs       []string // the executor ids it was bound to, now unbound
+	RevokedAt time.Time
+	Seq       uint64 // the store's revocation sequence number after it
+}
+
+type revocationRecord struct {
+	IDs       []string  `json:"ids"`
+	RevokedAt time.Time `json:"revoked_at"`
+	Seq       uint64    `json:"seq"`
+}
+
+// ExecutorStatus is what the relay checks before it admits an executor.
+type ExecutorStatus struct {
+	Bound      bool     // a key is bound to the id
+	BoundKey   [32]byte // that key
+	KeyRevoked bool     // the asking key is revoked
+	Seq        uint64   // the revocation sequence number the answer reflects
+}
+
+// CheckExecutor reports, in one transaction, the key bound to id and
+// whether key is revoked.
+func (s *Store) CheckExecutor(id string, key [32]byte) (ExecutorStatus, error) {
+	var st ExecutorStatus
+	err := s.view(func(tx *bolt.Tx) error {
+		b, err := bucket(tx, bucketExecutors)
+		if err != nil {
+			return err
+		}
+		rb, err := bucket(tx, bucketRevoked)
+		if err != nil {
+			return err
+		}
+		if st.Seq, err = revocationSeq(tx); err != nil {
+			return err
+		}
+		st.KeyRevoked = rb.Get(key[:]) != nil
+		if v := b.Get([]byte(id)); v != nil {
+			if len(v) != len(st.BoundKey) {
+				return fmt.Errorf("relay: corrupt key for executor %q", id)
+			}
+			copy(st.BoundKey[:], v)
+			st.Bound = true
+		}
+		return nil
+	})
+	return st, err
+}
+
+// RevokeExecutor unbinds executor id and revokes its key, for good: the key
+// can never join again, under any id (every other id bound to the same key
+// is unbound too), and a running relay cuts its sessions when it next polls
+// RevocationSeq. The id may then be bound afresh by a new key with a new
+// join token. An id with no key bound fails with ErrExecutorUnknown.
+func (s *Store) RevokeExecutor(id string) (Revocation, error) {
+	var rev Revocation
+	err := s.update(func(tx *bolt.Tx) error {
+		b, err := bucket(tx, bucketExecutors)
+		if err != nil {
+			return err
+		}
+		rb, err := bucket(tx, bucketRevoked)
+		if err != nil {
+			return err
+		}
+		mb, err := bucket(tx, bucketMeta)
+		if err != nil {
+			return err
+		}
+		v := b.Get([]byte(id))
+		if v == nil {
+			return ErrExecutorUnknown
+		}
+		if len(v) != len(rev.Key) {
+			return fmt.Errorf("relay: corrupt key for executor %q", id)
+		}
+		copy(rev.Key[:], v)
+		err = b.ForEach(func(k, v []byte) error {
+			if subtle.ConstantTimeCompare(v, rev.Key[:]) == 1 {
+				rev.IDs = append(rev.IDs, string(k))
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		for _, bound := range rev.IDs {
+			if err := b.Delete([]byte(bound)); err != nil {
+				return err
+			}
+		}
+		seq, err := revocationSeq(tx)
+		if err != nil {
+			return err
+		}
+		rev.Seq, rev.RevokedAt = seq+1, s.now()
+		buf, err := json.Marshal(revocationRecord{IDs: rev.IDs, RevokedAt: rev.RevokedAt, Seq: rev.Seq})
+		if err != nil {
+			return err
+		}
+		if err := rb.Put(rev.Key[:], buf); err != nil {
+			return err
+		}
+		return mb.Put(metaRevocationSeq, binary.BigEndian.AppendUint64(nil, rev.Seq))
+	})
+	if err != nil {
+		return Revocation{}, err
+	}
+	return rev, nil
+}
+
+// RevocationSeq is the number of revocations so far: a relay that saw it
+// move re-checks the keys of its joined executors (RevokedKeys).
+func (s *Store) RevocationSeq() (uint64, error) {
+	var seq uint64
+	err := s.view(func(tx *bolt.Tx) (err error) {
+		seq, err = revocationSeq(tx)
+		return err
+	})
+	return seq, err
+}
+
+// RevokedKeys reports which of keys are revoked, and the revocation
+// sequence number the answer reflects.
+func (s *Store) RevokedKeys(keys [][32]byte) (revoked map[[32]byte]bool, seq uint64, err error) {
+	revoked = map[[32]byte]bool{}
+	err = s.view(func(tx *bolt.Tx) error {
+		rb, err := bucket(tx, bucketRevoked)
+		if err != nil {
+			return err
+		}
+		if seq, err = revocationSeq(tx); err != nil {
+			return err
+		}
+		for _, k := range keys {
+			if rb.Get(k[:]) != nil {
+				revoked[k] = true
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, 0, err
+	}
+	return revoked, seq, nil
+}
+
+func revocationSeq(tx *bolt.Tx) (uint64, error) {
+	mb, err := bucket(tx, bucketMeta)
+	if err != nil {
+		return 0, err
+	}
+	v := mb.Get(metaRevocationSeq)
+	switch len(v) {
+	case 0:
+		return 0, nil
+	case 8:
+		return binary.BigEndian.Uint64(v), nil
+	}
+	return 0, errors.New("relay: corrupt revocation sequence number")
 }

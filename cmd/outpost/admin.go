@@ -59,6 +59,12 @@ func startRelayAdmin(addr string, srv *relay.Server, stderr io.Writer) (stopping
 			func() float64 { return float64(srv.Stats().RedeemedTokens) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "outpost_relay_token_refusals_total", Help: "Tokens refused (unknown, expired, used up, wrong kind)."},
 			func() float64 { return float64(srv.Stats().RefusedTokens) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "outpost_relay_duplicate_joins_total", Help: "Executor joins refused because the id was joined, and answering, on another connection with the same key (a stolen key, unless an executor is reconnecting)."},
+			func() float64 { return float64(srv.Stats().DuplicateJoins) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "outpost_relay_revoked_key_joins_total", Help: "Executor joins refused because the key was revoked (outpost executors revoke)."},
+			func() float64 { return float64(srv.Stats().RevokedKeyJoins) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "outpost_relay_revoked_sessions_total", Help: "Joined executor sessions closed because their key was revoked."},
+			func() float64 { return float64(srv.Stats().RevokedSessions) }),
 	)
 	s, err := admin.Listen(addr, reg)
 	if err != nil {

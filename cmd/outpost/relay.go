@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -274,6 +275,7 @@ func cmdExecutorJoin(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	cfg.Backend, cfg.Logger, cfg.Version = backend, log, version
+	cfg.SandboxHidden = append(cfg.SandboxHidden, *stateDir) // its key, hidden from every sandbox
 	useSandboxHelper(log)
 	closeCgroups, err := useCgroups(log, backend)
 	if err != nil {
@@ -362,5 +364,62 @@ func cmdExecutorsLs(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%v\n", e.ID, e.Fingerprint, time.UnixMilli(e.ConnectedSince).Format(time.RFC3339), e.Version, e.Labels)
 	}
 	w.Flush()
+	return 0
+}
+
+const executorsRevokeUsage = `usage: outpost executors revoke [--state-dir DIR] ID
+
+Revokes executor ID's key for good and unbinds the id. Run it on the
+relay's machine with the relay's --state-dir; the relay may be running.
+The key can never join this relay again, under any id (other ids bound to
+it are unbound too), and a running relay closes the key's joined sessions
+within about a second.
+
+Revoke when an executor.key may be stolen: the relay logs "duplicate
+executor join refused" and counts outpost_relay_duplicate_joins_total when a
+second holder of the key tries to join while the executor is up. To bring
+the executor back, remove its executor.key (a new key is made at start),
+create a join token (outpost token create --join) and join again with it;
+clients that pinned the old key must drop its line from known_executors.
+
+Flags:
+`
+
+// cmdExecutorsRevoke unbinds an executor id and revokes its key, in the
+// relay's store; a running relay notices within RevocationPoll.
+func cmdExecutorsRevoke(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("outpost executors revoke", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	stateDir := fs.String("state-dir", identity.DefaultStateDir(), "the relay's state directory")
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), executorsRevokeUsage)
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return exitUsage
+	}
+	if fs.NArg() != 1 {
+		fs.Usage()
+		return exitUsage
+	}
+	id := fs.Arg(0)
+	store, err := tokenStore(*stateDir)
+	if err != nil {
+		fmt.Fprintln(stderr, "outpost:", err)
+		return 1
+	}
+	rev, err := store.RevokeExecutor(id)
+	if err != nil {
+		fmt.Fprintf(stderr, "outpost executors revoke %s: %v\n", id, err)
+		return 1
+	}
+	fp := identity.PublicKey(rev.Key).Fingerprint()
+	fmt.Fprintf(stdout, "revoked key %s of executor %s\n", fp, strings.Join(rev.IDs, ", "))
+	fmt.Fprintf(stderr, "the key can never join this relay again; a running relay disconnects it within %v.\n"+
+		"To rejoin: remove executor.key on the executor, create a join token (outpost token create --join) and join with it;\n"+
+		"clients that pinned %s must drop its line from known_executors.\n", relay.DefaultRevocationPoll+time.Second, fp)
 	return 0
 }
