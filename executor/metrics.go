@@ -1,6 +1,8 @@
 package executor
 
 import (
+	"sync"
+
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -18,6 +20,18 @@ type Metrics struct {
 	// Limit hits are read from the command's cgroup as it exits.
 	oomKills     prometheus.Counter
 	pidsRefusals prometheus.Counter
+	// The native listener's admission (see handshakeGate): connections
+	// closed before their handshake began or finished, handshakes that
+	// failed, addresses that crossed the failure limit, connections
+	// still handshaking, and (summed over live listeners) addresses
+	// refused now.
+	refusedConns      *prometheus.CounterVec
+	failedHandshakes  *prometheus.CounterVec
+	addressBlocks     prometheus.Counter
+	pendingHandshakes prometheus.Gauge
+
+	gatesMu sync.Mutex
+	gates   map[*handshakeGate]struct{} // one per live native listener
 }
 
 // NewMetrics registers the executor's metrics on reg.
@@ -31,9 +45,80 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		evictedBytes:  prometheus.NewCounter(prometheus.CounterOpts{Name: "outpost_executor_retention_evicted_bytes_total", Help: "Output bytes dropped from retention before any reader took them (counted when the process closes)."}),
 		oomKills:      prometheus.NewCounter(prometheus.CounterOpts{Name: "outpost_executor_oom_kills_total", Help: "Processes the OOM killer took inside commands' cgroups (--memory-max)."}),
 		pidsRefusals:  prometheus.NewCounter(prometheus.CounterOpts{Name: "outpost_executor_pids_limit_refusals_total", Help: "Forks refused inside commands' cgroups (--pids-max)."}),
+		refusedConns: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "outpost_executor_refused_connections_total",
+			Help: "tcp:// and unix:// connections closed before their Noise handshake, by reason: blocked (refused at accept: the address failed too many handshakes lately), evicted (the oldest pending connection of its address, or of the fullest address, when a newer one needed its slot; idle ones first)."}, []string{"reason"}),
+		failedHandshakes: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "outpost_executor_failed_handshakes_total",
+			Help: "tcp:// and unix:// Noise handshakes that failed, by reason: silent (no first byte within --first-byte-timeout), timeout (not finished within --handshake-timeout), slow (evicted after handshaking for over a second), unauthorized (the client key is not in --authorized-clients), error (junk, wrong executor key, hang-up)."}, []string{"reason"}),
+		addressBlocks: prometheus.NewCounter(prometheus.CounterOpts{Name: "outpost_executor_address_blocks_total",
+			Help: "Times a source address failed --max-failed-handshakes handshakes within the window and was refused for the rest of it."}),
+		pendingHandshakes: prometheus.NewGauge(prometheus.GaugeOpts{Name: "outpost_executor_handshakes_pending",
+			Help: "tcp:// and unix:// connections accepted whose Noise handshake has not finished."}),
+		gates: map[*handshakeGate]struct{}{},
 	}
-	reg.MustRegister(m.starts, m.exits, m.denials, m.running, m.evictedChunks, m.evictedBytes, m.oomKills, m.pidsRefusals)
+	for _, r := range []string{refusedBlocked, refusedEvicted} {
+		m.refusedConns.WithLabelValues(r)
+	}
+	for _, r := range []string{failSilent, failTimeout, failSlow, failUnauthorized, failError} {
+		m.failedHandshakes.WithLabelValues(r)
+	}
+	blocked := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "outpost_executor_blocked_addresses",
+		Help: "Source addresses the tcp:// and unix:// listeners refuse now, for failing too many handshakes."}, m.blockedAddresses)
+	reg.MustRegister(m.starts, m.exits, m.denials, m.running, m.evictedChunks, m.evictedBytes, m.oomKills, m.pidsRefusals,
+		m.refusedConns, m.failedHandshakes, m.addressBlocks, m.pendingHandshakes, blocked)
 	return m
+}
+
+// refused counts a connection closed before its handshake.
+func (m *Metrics) refused(reason string) {
+	if m != nil {
+		m.refusedConns.WithLabelValues(reason).Inc()
+	}
+}
+
+// handshakeFailed counts a failed handshake.
+func (m *Metrics) handshakeFailed(reason string) {
+	if m != nil {
+		m.failedHandshakes.WithLabelValues(reason).Inc()
+	}
+}
+
+// addressBlocked counts an address crossing the failure limit.
+func (m *Metrics) addressBlocked() {
+	if m != nil {
+		m.addressBlocks.Inc()
+	}
+}
+
+// handshakesPending moves the gauge of connections still handshaking.
+func (m *Metrics) handshakesPending(delta int) {
+	if m != nil {
+		m.pendingHandshakes.Add(float64(delta))
+	}
+}
+
+// watchGate adds (or, with on false, removes) a listener's gate to the
+// blocked-addresses gauge.
+func (m *Metrics) watchGate(g *handshakeGate, on bool) {
+	if m == nil {
+		return
+	}
+	m.gatesMu.Lock()
+	defer m.gatesMu.Unlock()
+	if on {
+		m.gates[g] = struct{}{}
+	} else {
+		delete(m.gates, g)
+	}
+}
+
+func (m *Metrics) blockedAddresses() float64 {
+	m.gatesMu.Lock()
+	defer m.gatesMu.Unlock()
+	n := 0
+	for g := range m.gates {
+		n += g.blockedCount()
+	}
+	return float64(n)
 }
 
 func (m *Metrics) started() {

@@ -8,17 +8,25 @@ package executor
 // that process's notifications in seq order, then closes it after
 // process/closed.
 //
-// Bounds: MaxConnections connections and MaxHandshakes handshakes in
-// progress per listener; MuxConfig.MaxInboundStreams control streams per
+// Bounds: MaxConnections connections per listener; of them at most
+// MaxHandshakes, and MaxHandshakesPerAddress from one source address,
+// before the end of their handshake (see handshakeGate: a new connection
+// never waits for a slot, it takes the oldest one, idle ones first); at
+// most maxFailureEntries addresses in the failure table behind
+// MaxFailedHandshakes; MuxConfig.MaxInboundStreams control streams per
 // connection (more are reset); one stream and one goroutine per followed
 // process.
 
 import (
+	"container/list"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
+	"net/netip"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -26,6 +34,7 @@ import (
 	"github.com/flynn/noise"
 	"github.com/hashicorp/yamux"
 	"go.uber.org/zap"
+	"golang.org/x/sys/unix"
 
 	"github.com/outpost-exec/outpost/protocol"
 	"github.com/outpost-exec/outpost/transport"
@@ -33,6 +42,16 @@ import (
 
 // NativePurpose is the Noise purpose of client↔executor links.
 const NativePurpose = "exec"
+
+// Defaults of NativeOptions.
+const (
+	DefaultMaxNativeConnections    = 1024
+	DefaultMaxHandshakes           = 256
+	DefaultMaxHandshakesPerAddress = 16
+	DefaultFirstByteTimeout        = 3 * time.Second
+	DefaultMaxFailedHandshakes     = 20
+	DefaultFailureWindow           = time.Minute
+)
 
 // NativeOptions configures a native listener.
 type NativeOptions struct {
@@ -42,13 +61,34 @@ type NativeOptions struct {
 	// (the --authorized-clients allow-list); refused clients learn nothing.
 	Authorize func(clientKey []byte) error
 	Mux       transport.MuxConfig
-	// MaxConnections bounds open connections (default 1024);
-	// MaxHandshakes bounds handshakes in progress (default 64), so a flood
-	// of silent connections cannot starve real clients.
+	// MaxConnections bounds open connections (default 1024).
 	MaxConnections int
-	MaxHandshakes  int
-	// HandshakeTimeout bounds each handshake (default 10 s).
+	// MaxHandshakes bounds connections accepted whose handshake has not
+	// finished (default 256, or half of MaxConnections when that is
+	// smaller; it must stay below MaxConnections, or connections past
+	// their handshake could leave no room to accept the ones that would
+	// evict older ones). MaxHandshakesPerAddress bounds them per source
+	// address (default 16): an IPv4 address, an IPv6 /64, or on unix://
+	// the peer's uid. Neither makes a new connection wait or refuses it:
+	// it takes the slot of the oldest, idle ones first (see handshakeGate).
+	MaxHandshakes           int
+	MaxHandshakesPerAddress int
+	// HandshakeTimeout bounds each handshake, from accept (default 10 s).
 	HandshakeTimeout time.Duration
+	// FirstByteTimeout bounds how long a connection may stay silent after
+	// accept before the handshake's first byte (default 3 s; capped by
+	// HandshakeTimeout). Clients send their first message at once.
+	FirstByteTimeout time.Duration
+	// MaxFailedHandshakes failed, silent or slow handshakes from one
+	// address within FailureWindow make the listener refuse that address
+	// for the rest of the window (defaults 20 per minute), as the relay
+	// does.
+	MaxFailedHandshakes int
+	FailureWindow       time.Duration
+
+	// now replaces time.Now for failure windows and handshake ages
+	// (tests); socket deadlines always use the real clock.
+	now func() time.Time
 }
 
 // NativeListener serves the native transport on a listener.
@@ -57,7 +97,7 @@ type NativeListener struct {
 	acc  *transport.Acceptor
 	opts NativeOptions
 	url  string
-	hs   chan struct{}
+	gate *handshakeGate
 }
 
 // ParseNativeURL splits tcp://HOST:PORT or unix:///path into a network
@@ -80,6 +120,46 @@ func ParseNativeURL(s string) (network, addr string, err error) {
 	return "", "", fmt.Errorf("unsupported URL `%s`; expected `tcp://HOST:PORT` or `unix:///path`", s)
 }
 
+// withDefaults fills unset options and checks the rest.
+func (o NativeOptions) withDefaults() (NativeOptions, error) {
+	if o.Mux == (transport.MuxConfig{}) {
+		o.Mux = transport.DefaultMuxConfig()
+	}
+	if err := o.Mux.Validate(); err != nil {
+		return o, err
+	}
+	if o.MaxConnections <= 0 {
+		o.MaxConnections = DefaultMaxNativeConnections
+	}
+	switch {
+	case o.MaxHandshakes <= 0:
+		o.MaxHandshakes = max(1, min(DefaultMaxHandshakes, o.MaxConnections/2))
+	case o.MaxHandshakes >= o.MaxConnections:
+		return o, fmt.Errorf("executor: MaxHandshakes (%d) must be below MaxConnections (%d)", o.MaxHandshakes, o.MaxConnections)
+	}
+	if o.MaxHandshakesPerAddress <= 0 {
+		o.MaxHandshakesPerAddress = DefaultMaxHandshakesPerAddress
+	}
+	o.MaxHandshakesPerAddress = min(o.MaxHandshakesPerAddress, o.MaxHandshakes)
+	if o.HandshakeTimeout <= 0 {
+		o.HandshakeTimeout = transport.DefaultHandshakeTimeout
+	}
+	if o.FirstByteTimeout <= 0 {
+		o.FirstByteTimeout = DefaultFirstByteTimeout
+	}
+	o.FirstByteTimeout = min(o.FirstByteTimeout, o.HandshakeTimeout)
+	if o.MaxFailedHandshakes <= 0 {
+		o.MaxFailedHandshakes = DefaultMaxFailedHandshakes
+	}
+	if o.FailureWindow <= 0 {
+		o.FailureWindow = DefaultFailureWindow
+	}
+	if o.now == nil {
+		o.now = time.Now
+	}
+	return o, nil
+}
+
 // ListenNative binds a tcp:// or unix:// URL and serves the native
 // transport on it.
 func (s *Server) ListenNative(url string, opts NativeOptions) (*NativeListener, error) {
@@ -87,17 +167,8 @@ func (s *Server) ListenNative(url string, opts NativeOptions) (*NativeListener, 
 	if err != nil {
 		return nil, err
 	}
-	if opts.Mux == (transport.MuxConfig{}) {
-		opts.Mux = transport.DefaultMuxConfig()
-	}
-	if err := opts.Mux.Validate(); err != nil {
+	if opts, err = opts.withDefaults(); err != nil {
 		return nil, err
-	}
-	if opts.MaxConnections <= 0 {
-		opts.MaxConnections = 1024
-	}
-	if opts.MaxHandshakes <= 0 {
-		opts.MaxHandshakes = 64
 	}
 	if network == "unix" {
 		// A stale socket from a previous run is replaced; anything else
@@ -113,13 +184,14 @@ func (s *Server) ListenNative(url string, opts NativeOptions) (*NativeListener, 
 	if network == "unix" {
 		os.Chmod(addr, 0o600)
 	}
-	l := &NativeListener{srv: s, opts: opts, hs: make(chan struct{}, opts.MaxHandshakes)}
+	l := &NativeListener{srv: s, opts: opts, gate: newHandshakeGate(opts, s.log, s.cfg.Metrics)}
 	if network == "tcp" {
 		l.url = "tcp://" + ln.Addr().String()
 	} else {
 		l.url = "unix://" + addr
 	}
-	l.acc = transport.Serve(ln, opts.MaxConnections, l.serve)
+	s.cfg.Metrics.watchGate(l.gate, true)
+	l.acc = transport.Serve(&gatedListener{Listener: ln, gate: l.gate}, opts.MaxConnections, l.serve)
 	return l, nil
 }
 
@@ -131,32 +203,55 @@ func (l *NativeListener) Addr() net.Addr { return l.acc.Addr() }
 
 // Close stops accepting and closes every connection (their sessions
 // detach) and waits for them to wind down.
-func (l *NativeListener) Close() error { return l.acc.Close() }
+func (l *NativeListener) Close() error {
+	err := l.acc.Close()
+	l.srv.cfg.Metrics.watchGate(l.gate, false)
+	return err
+}
 
 // StopAccepting closes the port; open connections go on until Close.
 func (l *NativeListener) StopAccepting() error { return l.acc.StopAccepting() }
 
+// BlockedAddresses is the number of source addresses refused now for
+// failing too many handshakes.
+func (l *NativeListener) BlockedAddresses() int { return l.gate.blockedCount() }
+
+// unauthorizedError marks a client key that Authorize refused.
+type unauthorizedError struct{ err error }
+
+func (e *unauthorizedError) Error() string { return e.err.Error() }
+func (e *unauthorizedError) Unwrap() error { return e.err }
+
 func (l *NativeListener) serve(ctx context.Context, c net.Conn) {
-	select {
-	case l.hs <- struct{}{}:
-	case <-ctx.Done():
+	gc, ok := c.(*gatedConn)
+	if !ok {
+		return // every connection comes through gatedListener
+	}
+	defer l.gate.leave(gc)
+	deadline := gc.accepted.Add(l.opts.HandshakeTimeout)
+	if !l.awaitFirstByte(ctx, gc, gc.accepted.Add(l.opts.FirstByteTimeout)) { // FirstByteTimeout ≤ HandshakeTimeout
 		return
 	}
 	cfg := transport.NoiseConfig{Static: l.opts.Key, Purpose: NativePurpose, AllowXX: true, HandshakeTimeout: l.opts.HandshakeTimeout}
 	cfg.Authorize = func(peer, payload []byte) error {
-		if l.opts.Authorize != nil {
-			return l.opts.Authorize(peer)
+		if l.opts.Authorize == nil {
+			return nil
+		}
+		if err := l.opts.Authorize(peer); err != nil {
+			return &unauthorizedError{err}
 		}
 		return nil
 	}
-	start := time.Now()
-	nc, err := transport.NoiseResponder(ctx, c, cfg)
-	<-l.hs
+	// HandshakeTimeout counts from accept, the silent start included.
+	hctx, cancel := context.WithDeadline(ctx, deadline)
+	nc, err := transport.NoiseResponder(hctx, gc, cfg)
+	cancel()
 	if err != nil {
-		l.srv.log.Info("handshake failed", zap.Stringer("remote", c.RemoteAddr()), zap.Error(err))
+		l.handshakeFailed(ctx, gc, err)
 		return
 	}
-	ctx = withHandshake(ctx, handshakeInfo{start: start, end: time.Now(), via: c.LocalAddr().Network()})
+	l.gate.leave(gc) // authenticated: its slot goes to the next one
+	ctx = withHandshake(ctx, handshakeInfo{start: gc.accepted, end: time.Now(), via: c.LocalAddr().Network()})
 	sess, err := transport.MuxServer(nc, l.opts.Mux)
 	if err != nil {
 		l.srv.log.Warn("mux setup failed", zap.Error(err))
@@ -164,6 +259,440 @@ func (l *NativeListener) serve(ctx context.Context, c net.Conn) {
 	}
 	defer sess.Close()
 	l.srv.ServeMux(ctx, sess, l.opts.Mux.MaxInboundStreams)
+}
+
+// awaitFirstByte waits until deadline for the connection's first byte
+// (kept for the handshake to read) and moves it from waiting to
+// handshaking; false means the connection is done for.
+func (l *NativeListener) awaitFirstByte(ctx context.Context, gc *gatedConn, deadline time.Time) bool {
+	gc.SetReadDeadline(deadline)
+	var b [1]byte
+	var n int
+	var err error
+	for n == 0 && err == nil {
+		n, err = gc.Conn.Read(b[:])
+	}
+	gc.SetReadDeadline(time.Time{})
+	if n == 1 {
+		gc.first = []byte{b[0]}
+		return l.gate.heard(gc)
+	}
+	switch {
+	case l.gate.evicted(gc), ctx.Err() != nil:
+		// Counted when evicted; or the listener is closing.
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		l.gate.failed(gc.key, failSilent)
+		l.srv.log.Info("handshake failed: the client sent nothing", zap.Stringer("remote", gc.RemoteAddr()), zap.String("address", gc.key))
+	default:
+		// It hung up without a word (a port check or a load balancer's
+		// probe): it held no slot for long and costs nothing to count.
+		l.srv.log.Debug("connection closed before its handshake", zap.Stringer("remote", gc.RemoteAddr()), zap.Error(err))
+	}
+	return false
+}
+
+// handshakeFailed classifies and counts a failed handshake.
+func (l *NativeListener) handshakeFailed(ctx context.Context, gc *gatedConn, err error) {
+	if ctx.Err() != nil || l.gate.evicted(gc) {
+		return // the listener is closing; or counted when evicted
+	}
+	reason := failError
+	var unauth *unauthorizedError
+	switch {
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		reason = failTimeout
+	case errors.As(err, &unauth):
+		reason = failUnauthorized
+	}
+	l.gate.failed(gc.key, reason)
+	l.srv.log.Info("handshake failed", zap.Stringer("remote", gc.RemoteAddr()), zap.String("reason", reason), zap.Error(err))
+}
+
+// Admission of native connections.
+//
+// Nothing about a connection is known before its handshake ends, so the
+// listener bounds what unauthenticated connections can hold: a handler
+// goroutine, a socket, and for at most HandshakeTimeout some handshake
+// state. The rules:
+//
+//   - A connection is waiting from accept to its first byte (at most
+//     FirstByteTimeout), then handshaking until the handshake ends (at
+//     most HandshakeTimeout from accept). Both count as pending.
+//   - Pending connections are bounded per address (MaxHandshakesPerAddress)
+//     and per listener (MaxHandshakes). A new connection never waits for
+//     a slot and is never refused for want of one: if its address is
+//     full it takes the slot of that address's oldest waiting connection,
+//     else of its oldest handshaking one; if the listener is full it does
+//     the same to the address with the most pending connections (the
+//     oldest victim among equals). The victim is closed at once.
+//   - Failed handshakes (junk, a refused key, a hang-up mid-handshake), a
+//     silent connection at FirstByteTimeout, a handshake timeout, and an
+//     eviction of a connection that had been handshaking for over
+//     staleHandshake count against the address; MaxFailedHandshakes of
+//     them within FailureWindow and the address is refused (closed at
+//     accept) for the rest of the window. Other evictions and a hang-up
+//     before the first byte do not count: they cost us nothing, the
+//     evicted connection may be a real client in a burst from a busy
+//     address, and counting them would let anyone sharing an address
+//     (NAT, a proxy, loopback) lock the others out with bare TCP connects.
+//
+// Why this lets a real client in through a flood, from the same address
+// too: clients send their first message as soon as they connect, so a
+// real client's connection is waiting for about one scheduling delay and
+// handshaking for about a round trip, while by then a flood's idle or
+// trickling connections are the oldest and are evicted first. Evicting
+// the oldest rather than refusing the newest is what makes that hold: a
+// flood cannot fill the slots ahead of a client, only behind it, so to
+// shut a client out it must open more connections than the bound within
+// the client's own handshake; and an attacker on another address evicts
+// only its own connections until the listener as a whole is full — and
+// then the fullest address goes first. Loopback and unix:// peers get no
+// exemption: through an SSH tunnel or a local proxy every remote client
+// arrives from loopback, and an exemption would exempt them all.
+//
+// Admission runs in Accept (gatedListener), one connection at a time in
+// accept order, so "oldest" is the order in which connections arrived.
+
+// staleHandshake is how long a connection may handshake before its
+// eviction counts as a failed (slow) handshake: a real one takes a round
+// trip (IK) or one and a half (XX) after the first byte.
+const staleHandshake = time.Second
+
+// maxFailureEntries bounds the failure table (addresses with failures in
+// their current window, ~100 bytes each); when it is full, expired
+// entries go first, then the oldest window.
+const maxFailureEntries = 16384
+
+// Reasons, as metric labels.
+const (
+	refusedBlocked = "blocked"
+	refusedEvicted = "evicted"
+
+	failSilent       = "silent"
+	failTimeout      = "timeout"
+	failSlow         = "slow"
+	failUnauthorized = "unauthorized"
+	failError        = "error"
+)
+
+type gateState uint8
+
+const (
+	stateWaiting gateState = iota
+	stateHandshaking
+	stateGone // evicted, or left the gate
+)
+
+// gatedConn is an accepted connection under admission control.
+type gatedConn struct {
+	net.Conn
+	key      string    // its source address (see addressKey)
+	seq      uint64    // accept order
+	accepted time.Time // real clock, for socket deadlines
+	// first is the byte read while waiting, handed to the first Read;
+	// only the serving goroutine touches it.
+	first []byte
+
+	// Under handshakeGate.mu.
+	state    gateState
+	heardAt  time.Time // gate clock: when its first byte arrived
+	wasEvict bool
+}
+
+func (c *gatedConn) Read(p []byte) (int, error) {
+	if len(c.first) > 0 && len(p) > 0 {
+		n := copy(p, c.first)
+		c.first = c.first[n:]
+		return n, nil
+	}
+	return c.Conn.Read(p)
+}
+
+// gatedListener admits every connection it accepts through the gate;
+// refused ones are closed before Accept returns.
+type gatedListener struct {
+	net.Listener
+	gate *handshakeGate
+}
+
+func (l *gatedListener) Accept() (net.Conn, error) {
+	for {
+		c, err := l.Listener.Accept()
+		if err != nil {
+			return nil, err
+		}
+		if gc := l.gate.admit(c); gc != nil {
+			return gc, nil
+		}
+		c.Close()
+	}
+}
+
+type failureEntry struct {
+	key   string
+	n     int
+	since time.Time
+}
+
+// handshakeGate admits connections to a native listener (see above).
+type handshakeGate struct {
+	maxPending, maxPerAddr int
+	maxFailed, maxEntries  int
+	window                 time.Duration
+	now                    func() time.Time
+	log                    *zap.Logger
+	metrics                *Metrics
+
+	mu      sync.Mutex
+	seq     uint64
+	pending int
+	// addrs holds the pending connections of each address, oldest first;
+	// an address leaves it with its last one, so it has at most
+	// maxPending entries of at most maxPerAddr connections.
+	addrs map[string][]*gatedConn
+	// failures indexes order, the failure entries oldest window first; at
+	// most maxEntries of them.
+	failures map[string]*list.Element
+	order    list.List
+}
+
+func newHandshakeGate(o NativeOptions, log *zap.Logger, m *Metrics) *handshakeGate {
+	return &handshakeGate{
+		maxPending: o.MaxHandshakes, maxPerAddr: o.MaxHandshakesPerAddress,
+		maxFailed: o.MaxFailedHandshakes, maxEntries: maxFailureEntries, window: o.FailureWindow,
+		now: o.now, log: log, metrics: m,
+		addrs: map[string][]*gatedConn{}, failures: map[string]*list.Element{},
+	}
+}
+
+// admit registers a new connection, evicting an older one if it must;
+// nil means refuse it (its address is blocked).
+func (g *handshakeGate) admit(c net.Conn) *gatedConn {
+	key := addressKey(c)
+	gc := &gatedConn{Conn: c, key: key, accepted: time.Now()}
+	g.mu.Lock()
+	now := g.now() // under mu, so failure windows start in order
+	if g.blockedLocked(key, now) {
+		g.mu.Unlock()
+		g.metrics.refused(refusedBlocked)
+		g.log.Debug("refused a connection from a blocked address", zap.String("address", key))
+		return nil
+	}
+	var victim *gatedConn
+	switch {
+	case len(g.addrs[key]) >= g.maxPerAddr:
+		victim = addrVictim(g.addrs[key])
+	case g.pending >= g.maxPending:
+		victim = g.globalVictim()
+	default:
+		g.addLocked(gc)
+		g.mu.Unlock()
+		return gc
+	}
+	slow := victim.state == stateHandshaking && now.Sub(victim.heardAt) >= staleHandshake
+	g.removeLocked(victim)
+	victim.wasEvict = true
+	if slow {
+		g.failedLocked(victim.key, now)
+	}
+	g.addLocked(gc)
+	g.mu.Unlock()
+	victim.Conn.Close()
+	g.metrics.refused(refusedEvicted)
+	if slow {
+		g.metrics.handshakeFailed(failSlow)
+	}
+	g.log.Debug("evicted a connection to admit a newer one", zap.String("address", victim.key), zap.Bool("slow", slow), zap.String("for", key))
+	return gc
+}
+
+func (g *handshakeGate) addLocked(gc *gatedConn) {
+	g.seq++
+	gc.seq = g.seq
+	g.addrs[gc.key] = append(g.addrs[gc.key], gc)
+	g.pending++
+	g.metrics.handshakesPending(1)
+}
+
+func (g *handshakeGate) removeLocked(gc *gatedConn) {
+	conns := g.addrs[gc.key]
+	for i, c := range conns {
+		if c == gc {
+			conns = append(conns[:i], conns[i+1:]...)
+			break
+		}
+	}
+	if len(conns) == 0 {
+		delete(g.addrs, gc.key)
+	} else {
+		g.addrs[gc.key] = conns
+	}
+	gc.state = stateGone
+	g.pending--
+	g.metrics.handshakesPending(-1)
+}
+
+// addrVictim is an address's oldest waiting connection, else its oldest
+// one (conns is not empty, and in accept order).
+func addrVictim(conns []*gatedConn) *gatedConn {
+	for _, c := range conns {
+		if c.state == stateWaiting {
+			return c
+		}
+	}
+	return conns[0]
+}
+
+// globalVictim is the victim of the address with the most pending
+// connections, the oldest among equals (a scan of at most maxPending
+// connections, made only when the listener is full, so pending > 0).
+func (g *handshakeGate) globalVictim() *gatedConn {
+	var best *gatedConn
+	bestN := 0
+	for _, conns := range g.addrs {
+		v := addrVictim(conns)
+		if len(conns) > bestN || len(conns) == bestN && v.seq < best.seq {
+			best, bestN = v, len(conns)
+		}
+	}
+	return best
+}
+
+// heard moves a connection from waiting to handshaking; false if it was
+// evicted meanwhile.
+func (g *handshakeGate) heard(gc *gatedConn) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if gc.state != stateWaiting {
+		return false
+	}
+	gc.state, gc.heardAt = stateHandshaking, g.now()
+	return true
+}
+
+// leave releases a connection's slot (its handshake is over either way).
+func (g *handshakeGate) leave(gc *gatedConn) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if gc.state != stateGone {
+		g.removeLocked(gc)
+	}
+}
+
+func (g *handshakeGate) evicted(gc *gatedConn) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return gc.wasEvict
+}
+
+// failed counts a failed handshake against an address.
+func (g *handshakeGate) failed(key, reason string) {
+	g.metrics.handshakeFailed(reason)
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.failedLocked(key, g.now())
+}
+
+func (g *handshakeGate) failedLocked(key string, now time.Time) {
+	var f *failureEntry
+	if e := g.failures[key]; e != nil {
+		f = e.Value.(*failureEntry)
+		if now.Sub(f.since) >= g.window {
+			f.n, f.since = 0, now
+			g.order.MoveToBack(e)
+		}
+	} else {
+		g.pruneLocked(now, 1)
+		f = &failureEntry{key: key, since: now}
+		g.failures[key] = g.order.PushBack(f)
+	}
+	f.n++
+	if f.n == g.maxFailed {
+		g.metrics.addressBlocked()
+		g.log.Warn("refusing an address that failed too many handshakes",
+			zap.String("address", key), zap.Int("failures", f.n), zap.Duration("until", f.since.Add(g.window).Sub(now)))
+	}
+}
+
+// pruneLocked drops expired failure entries (the oldest windows come
+// first), and the oldest live ones while fewer than room entries are free.
+func (g *handshakeGate) pruneLocked(now time.Time, room int) {
+	for e := g.order.Front(); e != nil; e = g.order.Front() {
+		f := e.Value.(*failureEntry)
+		if len(g.failures)+room <= g.maxEntries && now.Sub(f.since) < g.window {
+			return
+		}
+		g.order.Remove(e)
+		delete(g.failures, f.key)
+	}
+}
+
+// blockedLocked reports whether key failed too many handshakes within
+// its current window.
+func (g *handshakeGate) blockedLocked(key string, now time.Time) bool {
+	e := g.failures[key]
+	if e == nil {
+		return false
+	}
+	f := e.Value.(*failureEntry)
+	if now.Sub(f.since) >= g.window {
+		g.order.Remove(e)
+		delete(g.failures, key)
+		return false
+	}
+	return f.n >= g.maxFailed
+}
+
+// blockedCount is the number of addresses refused now.
+func (g *handshakeGate) blockedCount() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	now := g.now()
+	n := 0
+	for e := g.order.Front(); e != nil; e = e.Next() {
+		if f := e.Value.(*failureEntry); f.n >= g.maxFailed && now.Sub(f.since) < g.window {
+			n++
+		}
+	}
+	return n
+}
+
+// addressKey is what the limits count a connection against: its IPv4
+// address; for IPv6 its /64 (one subscriber's usual allocation, so an
+// attacker cannot mint fresh addresses from its own prefix); on a Unix
+// socket the peer's uid (SO_PEERCRED).
+func addressKey(c net.Conn) string {
+	if a, ok := c.RemoteAddr().(*net.TCPAddr); ok {
+		if ip, ok := netip.AddrFromSlice(a.IP); ok {
+			ip = ip.Unmap().WithZone("")
+			if ip.Is6() {
+				p, _ := ip.Prefix(64)
+				return p.String()
+			}
+			return ip.String()
+		}
+	}
+	if uc, ok := c.(*net.UnixConn); ok {
+		if uid, ok := peerUID(uc); ok {
+			return "uid:" + strconv.Itoa(uid)
+		}
+		return "unix"
+	}
+	return c.RemoteAddr().Network() + ":" + c.RemoteAddr().String()
+}
+
+// peerUID is the uid of the process at the other end of a Unix socket.
+func peerUID(c *net.UnixConn) (int, bool) {
+	rc, err := c.SyscallConn()
+	if err != nil {
+		return 0, false
+	}
+	var cred *unix.Ucred
+	var cerr error
+	if err := rc.Control(func(fd uintptr) { cred, cerr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED) }); err != nil || cerr != nil {
+		return 0, false
+	}
+	return int(cred.Uid), true
 }
 
 // ServeMux serves a yamux session: every stream the client opens is a
