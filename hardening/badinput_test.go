@@ -48,7 +48,7 @@ func startFleet(t *testing.T) *fleet {
 	f.joined = startDaemon(t, "joined executor", false, append([]string{"executor", "join", "--relay", f.relay.url, "--token", joinTok, "--id", "bad-1",
 		"--state-dir", filepath.Join(dir, "joined")}, limits...)...)
 	f.tcp = startDaemon(t, "tcp executor", true, append([]string{"executor", "serve", "--listen", "tcp://127.0.0.1:0", "--state-dir", filepath.Join(dir, "tcp"),
-		"--handshake-timeout", "1s"}, limits...)...)
+		"--handshake-timeout", "1s", "--max-failed-handshakes", "100000"}, limits...)...)
 	f.ws = startDaemon(t, "ws executor", true, append([]string{"executor", "serve", "--listen", "ws://127.0.0.1:0"}, limits...)...)
 	// Warm every path once so lazily started goroutines are in the baseline.
 	f.runEverywhere(t)

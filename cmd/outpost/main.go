@@ -45,6 +45,7 @@ Usage:
   outpost relay serve [flags]        run a relay (--listen tcp://HOST:PORT --state-dir DIR)
   outpost token create|ls|revoke     manage the relay's join and client tokens
   outpost executors ls               list the executors a client token may reach
+  outpost executors revoke ID        on the relay: unbind an id and revoke its (stolen) key for good
   outpost version                    print the version
 
 Run "outpost <command> -h" for a command's flags.
@@ -90,8 +91,11 @@ func run(args []string, stdout, stderr io.Writer) int {
 	case "token":
 		return cmdToken(args[1:], stdout, stderr)
 	case "executors":
+		if len(args) >= 2 && args[1] == "revoke" {
+			return cmdExecutorsRevoke(args[2:], stdout, stderr)
+		}
 		if len(args) < 2 || args[1] != "ls" {
-			fmt.Fprint(stderr, "usage: outpost executors ls --relay URL --token T\n")
+			fmt.Fprint(stderr, "usage: outpost executors ls --relay URL --token T\n       outpost executors revoke [--state-dir DIR] ID   (on the relay: revoke a stolen executor key)\n")
 			return 2
 		}
 		return cmdExecutorsLs(args[2:], stdout, stderr)
@@ -172,8 +176,50 @@ func executorLimitFlags(fs *flag.FlagSet) (*executor.Config, *executor.LocalBack
 	fs.Uint64Var(&cfg.SandboxLimits.OpenFiles, "rlimit-nofile", cfg.SandboxLimits.OpenFiles, "sandboxed commands' open-file limit (RLIMIT_NOFILE; 0: inherited)")
 	fs.Var((*uSizeFlag)(&cfg.SandboxLimits.FileSize), "rlimit-fsize", "sandboxed commands' largest file, e.g. 16G (RLIMIT_FSIZE; 0: inherited)")
 	fs.Uint64Var(&cfg.SandboxLimits.Processes, "rlimit-nproc", cfg.SandboxLimits.Processes, "sandboxed commands' RLIMIT_NPROC, which counts every process of the user (0: inherited; prefer --pids-max)")
+	fs.Var(sandboxUserFlag{&cfg.SandboxUser}, "sandbox-user", "as root: the host UID:GID sandboxed commands run as (root only inside their user namespace; never 0; default 65534:65534)")
+	fs.Var((*pathListFlag)(&cfg.SandboxHidden), "hide", "a path hidden from every sandboxed command and policy-judged fs call, besides the executor's state, client configuration and sockets (repeatable)")
 	fs.Int64Var(&cgroupFlags.pidsMax, "pids-max", -1, "each command's process limit (cgroup pids.max); an explicit value must be enforceable here, 0 is none (default: 4096 where the pids controller can be delegated)")
 	return cfg, backend
+}
+
+// sandboxUserFlag is --sandbox-user UID[:GID].
+type sandboxUserFlag struct{ u **sandbox.User }
+
+func (f sandboxUserFlag) String() string {
+	if f.u == nil || *f.u == nil {
+		return ""
+	}
+	return (*f.u).String()
+}
+
+func (f sandboxUserFlag) Set(v string) error {
+	us, gs, hasGID := strings.Cut(v, ":")
+	uid, err := strconv.Atoi(us)
+	gid := uid
+	if err == nil && hasGID {
+		gid, err = strconv.Atoi(gs)
+	}
+	if err != nil || uid < 0 || gid < 0 {
+		return fmt.Errorf("want UID or UID:GID, got %q", v)
+	}
+	if uid == 0 || gid == 0 {
+		return sandbox.ErrRootSandboxUser
+	}
+	*f.u = &sandbox.User{UID: uid, GID: gid}
+	return nil
+}
+
+// pathListFlag appends absolute paths.
+type pathListFlag []string
+
+func (f *pathListFlag) String() string { return strings.Join(*f, ",") }
+
+func (f *pathListFlag) Set(v string) error {
+	if !filepath.IsAbs(v) {
+		return fmt.Errorf("%q is not an absolute path", v)
+	}
+	*f = append(*f, filepath.Clean(v))
+	return nil
 }
 
 // cgroupFlags are --cgroups, --memory-max and --pids-max (executor serve
@@ -325,7 +371,11 @@ func cmdExecutorServe(args []string, stdout, stderr io.Writer) int {
 	authorized := fs.String("authorized-clients", "", "file of client public keys allowed to connect (tcp:// and unix://); default: any")
 	cfg, backend := executorLimitFlags(fs)
 	adminListen := fs.String("admin-listen", "", "serve /metrics, /livez and /readyz on HOST:PORT (off when empty)")
-	handshakeTimeout := fs.Duration("handshake-timeout", transport.DefaultHandshakeTimeout, "tcp:// and unix://: how long a client may take to finish its Noise handshake")
+	handshakeTimeout := fs.Duration("handshake-timeout", transport.DefaultHandshakeTimeout, "tcp:// and unix://: how long a client may take, from connect, to finish its Noise handshake")
+	firstByteTimeout := fs.Duration("first-byte-timeout", executor.DefaultFirstByteTimeout, "tcp:// and unix://: how long a new connection may stay silent before its handshake starts")
+	maxFailed := fs.Int("max-failed-handshakes", executor.DefaultMaxFailedHandshakes, "tcp:// and unix://: failed, silent or slow handshakes per address per minute before the address is refused for the rest of the minute")
+	maxHandshakes := fs.Int("max-handshakes", executor.DefaultMaxHandshakes, "tcp:// and unix://: connections still in their handshake, in all (the oldest idle ones make room)")
+	maxPerAddr := fs.Int("max-handshakes-per-address", executor.DefaultMaxHandshakesPerAddress, "tcp:// and unix://: connections still in their handshake per address (IPv4, IPv6 /64, or unix peer uid)")
 	var lf logFlags
 	lf.register(fs)
 	if err := fs.Parse(args); err != nil {
@@ -338,6 +388,12 @@ func cmdExecutorServe(args []string, stdout, stderr io.Writer) int {
 	}
 	defer log.Sync()
 	cfg.Backend, cfg.Logger, cfg.Version = backend, log, version
+	// Its own key, and the socket clients reach it by, are hidden from
+	// every sandbox.
+	cfg.SandboxHidden = append(cfg.SandboxHidden, *stateDir)
+	if p, ok := strings.CutPrefix(*listen, "unix://"); ok {
+		cfg.SandboxHidden = append(cfg.SandboxHidden, filepath.Clean(p))
+	}
 	useSandboxHelper(log)
 	closeCgroups, err := useCgroups(log, backend)
 	if err != nil {
@@ -379,7 +435,8 @@ func cmdExecutorServe(args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintln(stderr, "outpost:", err)
 			return 1
 		}
-		opts := executor.NativeOptions{Key: key.Keypair(), HandshakeTimeout: *handshakeTimeout}
+		opts := executor.NativeOptions{Key: key.Keypair(), HandshakeTimeout: *handshakeTimeout, FirstByteTimeout: *firstByteTimeout,
+			MaxFailedHandshakes: *maxFailed, MaxHandshakes: *maxHandshakes, MaxHandshakesPerAddress: *maxPerAddr}
 		if *authorized != "" {
 			allow, err := identity.LoadAllowList(*authorized)
 			if err != nil {
