@@ -34,6 +34,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -56,6 +57,7 @@ var (
 	idle           = flag.Int("idle-executors", 1000, "executors joined to one relay for the memory figure")
 	jsonOut        = flag.String("json", "", "also write the results as JSON to this file")
 	noInstall      = flag.Bool("no-install", false, "do not install missing peers")
+	only           = flag.String("only", "", "run only these metrics (comma-separated, e.g. sandbox_overhead)")
 )
 
 // env0 is the environment of every measured command.
@@ -94,18 +96,19 @@ func run() error {
 	if err := b.start(); err != nil {
 		return err
 	}
-	progress("start-to-exit")
-	b.startToExit()
-	progress("throughput")
-	b.throughput()
-	progress("concurrency")
-	b.concurrency()
-	progress("idle executors")
-	b.idleExecutors()
-	progress("sandbox overhead")
-	b.sandboxOverhead()
-	progress("file copy")
-	b.copyFile()
+	for _, m := range []struct {
+		name string
+		run  func()
+	}{
+		{"start_to_exit", b.startToExit}, {"throughput", b.throughput}, {"concurrency", b.concurrency},
+		{"idle_executors", b.idleExecutors}, {"sandbox_overhead", b.sandboxOverhead}, {"copy", b.copyFile},
+	} {
+		if *only != "" && !slices.Contains(strings.Split(*only, ","), m.name) {
+			continue
+		}
+		progress(strings.ReplaceAll(m.name, "_", " "))
+		m.run()
+	}
 	compare(b.results)
 	rep := Report{Machine: peers.Machine(), Date: time.Now().UTC(), Results: b.results}
 	writeMarkdown(os.Stdout, rep)
