@@ -1,26 +1,29 @@
 package executor
 
 // The fs/* methods. Every path goes through pathmap (file: URIs, prefix
-// mappings) and, when the request carries a sandbox policy, is judged by
-// it twice: as written and with its symlinks resolved, so a link cannot
-// lead out of what the policy allows. Files that are opened are judged a
-// third time by what was actually opened (/proc/self/fd), which closes the
-// race of a path swapped for a symlink between check and open. Writes go
-// to a temporary file created with O_EXCL|O_NOFOLLOW in the verified parent
-// directory and renamed into place through that directory's descriptor.
+// mappings) and is then resolved once, to a descriptor (fsroot_linux.go):
+// the parent directory of what the call changes, or the object a read
+// opens, reached as the path says (symlinks followed, /proc magic links
+// not). When the request carries a sandbox policy, the policy judges where
+// that descriptor really is (/proc/self/fd) plus the final name; the
+// operation then works only relative to the descriptor (fstree_linux.go),
+// so a directory swapped for a symlink after the check cannot lead out of
+// what the policy allows. Without a policy the same code runs, unjudged.
+// Writes go to a temporary file created with O_EXCL|O_NOFOLLOW in the
+// verified parent directory and renamed into place through its
+// descriptor.
 //
 // Bounds: whole-file reads and writes Config.MaxFileBytes (64 MiB); blocks
 // maxBlockBytes; open handles Config.MaxFileHandles per session, closed
 // (and unfinished writes discarded) when the session ends; directory
-// listings maxDirEntries.
+// listings maxDirEntries; recursive removes and copies maxTreeDepth
+// levels and maxTreeEntries entries.
 
 import (
-	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"hash"
 	"io"
 	"io/fs"
@@ -30,6 +33,7 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -58,7 +62,7 @@ type fsHandle struct {
 	broken bool        // no running digest for this handle
 	// For writes: the verified parent directory, the temporary name the
 	// blocks go to and the final name.
-	dir       *os.File
+	dir       *fsDir
 	tmp, base string
 }
 
@@ -135,11 +139,11 @@ func (h *fsHandle) commit() error {
 	// across a power cut is left to the filesystem, as scp and rsync do
 	// (an fsync of 1 GiB costs seconds on this machine's disk).
 	if err := h.f.Close(); err != nil {
-		unix.Unlinkat(int(h.dir.Fd()), h.tmp, 0)
+		unix.Unlinkat(h.dir.fd, h.tmp, 0)
 		return err
 	}
-	if err := unix.Renameat(int(h.dir.Fd()), h.tmp, int(h.dir.Fd()), h.base); err != nil {
-		unix.Unlinkat(int(h.dir.Fd()), h.tmp, 0)
+	if err := unix.Renameat(h.dir.fd, h.tmp, h.dir.fd, h.base); err != nil {
+		unix.Unlinkat(h.dir.fd, h.tmp, 0)
 		return err
 	}
 	return nil
@@ -149,7 +153,7 @@ func (h *fsHandle) commit() error {
 func (h *fsHandle) discard() {
 	h.f.Close()
 	if h.write {
-		unix.Unlinkat(int(h.dir.Fd()), h.tmp, 0)
+		unix.Unlinkat(h.dir.fd, h.tmp, 0)
 		h.dir.Close()
 	}
 }
@@ -179,11 +183,18 @@ func (s *Session) fsRequest(method string, rawPolicy any) (*fsReq, error) {
 		Cwd string `json:"cwd"`
 	}
 	json.Unmarshal(data, &ctx)
-	cwd, err := NativeDir(ctx.Cwd, s.srv.cfg.DefaultCwd, s.srv.translate)
+	// A policy without a cwd is judged against its own roots: ":cwd" (and
+	// ":project_roots") then grant nothing, never the executor's own
+	// working directory.
+	cwd, err := NativeDir(ctx.Cwd, "", s.srv.translate)
 	if err != nil {
 		return nil, protocol.Errorf(protocol.CodeInvalidParams, "invalid params for %s: sandbox cwd: %v", method, err)
 	}
-	res, err := pol.Resolve(sandbox.Env{Cwd: cwd, Translate: s.srv.translate})
+	// The executor's own secrets are hidden from fs calls as from
+	// commands. Shared sticky temporary roots (/tmp) are not scanned for
+	// protected names: an fs call judges every component it touches by
+	// name (Allows, and the walks of fstree_linux.go).
+	res, err := pol.Resolve(sandbox.Env{Cwd: cwd, Translate: s.srv.translate, Hidden: s.srv.cfg.SandboxHidden, SharedTempUnscanned: true})
 	if err != nil {
 		return nil, protocol.Errorf(protocol.CodeInvalidParams, "invalid params for %s: %v", method, err)
 	}
@@ -217,7 +228,9 @@ func (r *fsReq) native(field, p string) (string, error) {
 }
 
 // realPath resolves the symlinks of p's longest existing prefix and
-// appends the rest: where an operation on p would land.
+// appends the rest: where an operation on p would land now. It only
+// pre-judges (a refusal before anything is opened); what is done is
+// judged by descriptor.
 func realPath(p string) string {
 	rest := ""
 	for cur := p; ; {
@@ -241,36 +254,13 @@ func (r *fsReq) denied(shown string, write bool) error {
 	return protocol.Errorf(protocol.CodeInvalidRequest, "%s: %s: access denied by the sandbox policy (needs %s access)", r.method, shown, need)
 }
 
-// check judges p as written and where it leads.
+// check judges the path string p as written and where it leads now: a
+// pre-judgement only, for a path that cannot be opened.
 func (r *fsReq) check(shown, p string, write bool) error {
 	if r.pol == nil {
 		return nil
 	}
 	if !r.pol.Allows(p, write) || !r.pol.Allows(realPath(p), write) {
-		return r.denied(shown, write)
-	}
-	return nil
-}
-
-// checkTree also refuses when anything inside p is less accessible than
-// the operation needs (a recursive remove, copy or write of a tree).
-func (r *fsReq) checkTree(shown, p string, write bool) error {
-	if err := r.check(shown, p, write); err != nil {
-		return err
-	}
-	if r.pol != nil && !r.pol.AllowsTree(realPath(p), write) {
-		return r.denied(shown, write)
-	}
-	return nil
-}
-
-// checkOpened judges what a descriptor actually refers to.
-func (r *fsReq) checkOpened(shown string, f *os.File, write bool) error {
-	if r.pol == nil {
-		return nil
-	}
-	real, err := os.Readlink(fmt.Sprintf("/proc/self/fd/%d", f.Fd()))
-	if err != nil || !r.pol.Allows(real, write) {
 		return r.denied(shown, write)
 	}
 	return nil
@@ -302,36 +292,56 @@ func (r *fsReq) fsError(shown string, err error) error {
 	return protocol.Errorf(code, "%s: %s: %v", r.method, shown, err)
 }
 
+func (r *fsReq) fsErrorOrNil(shown string, err error) error {
+	if err == nil {
+		return nil
+	}
+	return r.fsError(shown, err)
+}
+
+// failed maps an error of resolving p: a path that is missing but would be
+// refused anyway is refused (as codex judges before it looks), so a
+// policy does not tell what exists where it denies.
+func (r *fsReq) failed(shown, p string, write bool, err error) error {
+	if errors.Is(err, fs.ErrNotExist) {
+		if derr := r.check(shown, p, write); derr != nil {
+			return derr
+		}
+	}
+	return r.fsError(shown, err)
+}
+
 func (r *fsReq) tooLarge(shown string, limit int64, what, instead string) error {
 	return protocol.Errorf(protocol.CodeInvalidRequest, "%s: %s: file is too large to %s: limit is %d bytes; use %s", r.method, shown, what, limit, instead)
 }
 
-// openRead opens p for reading after judging it.
+// openRead opens the regular file p leads to for reading: judged by what
+// it is before it is opened for I/O, then reopened through its
+// descriptor.
 func (r *fsReq) openRead(shown, p string) (*os.File, os.FileInfo, error) {
-	if err := r.check(shown, p, false); err != nil {
-		return nil, nil, err
+	o, err := r.openObject(shown, p)
+	if err != nil {
+		return nil, nil, r.failed(shown, p, false, err)
 	}
-	f, err := os.OpenFile(p, os.O_RDONLY|syscall.O_CLOEXEC|syscall.O_NONBLOCK, 0)
+	defer o.Close()
+	return r.openReadObject(shown, o)
+}
+
+func (r *fsReq) openReadObject(shown string, o *fsObject) (*os.File, os.FileInfo, error) {
+	if o.isDir() {
+		return nil, nil, r.fsError(shown, syscall.EISDIR)
+	}
+	if !o.isRegular() {
+		return nil, nil, protocol.Errorf(protocol.CodeInvalidRequest, "%s: %s: not a regular file", r.method, shown)
+	}
+	f, err := reopen(o.fd, unix.O_RDONLY|unix.O_NONBLOCK, o.path)
 	if err != nil {
 		return nil, nil, r.fsError(shown, err)
 	}
 	fi, err := f.Stat()
-	if err == nil && !fi.Mode().IsRegular() {
-		err = fmt.Errorf("not a regular file (%s)", fi.Mode().Type())
-		if fi.IsDir() {
-			err = syscall.EISDIR
-		}
-		err = r.fsError(shown, err)
-		if !fi.IsDir() {
-			err = protocol.Errorf(protocol.CodeInvalidRequest, "%s: %s: not a regular file", r.method, shown)
-		}
-	}
-	if err == nil {
-		err = r.checkOpened(shown, f, false)
-	}
 	if err != nil {
 		f.Close()
-		return nil, nil, err
+		return nil, nil, r.fsError(shown, err)
 	}
 	return f, fi, nil
 }
@@ -339,56 +349,67 @@ func (r *fsReq) openRead(shown, p string) (*os.File, os.FileInfo, error) {
 // createTemp opens a temporary file beside p (or beside what p links to)
 // for a write that fs/close or commit moves into place.
 func (r *fsReq) createTemp(shown, p string, mode *uint32) (*fsHandle, error) {
-	target := p
-	if fi, err := os.Lstat(p); err == nil && fi.Mode()&os.ModeSymlink != 0 {
-		if real, err := filepath.EvalSymlinks(p); err == nil {
-			target = real // write where the link leads, judged there
-		}
+	d, base, st, err := r.writePlace(shown, p)
+	if err != nil {
+		return nil, r.failed(shown, p, true, err)
 	}
-	if err := r.check(shown, p, true); err != nil {
-		return nil, err
+	if !r.allows(d.child(base), true) {
+		d.Close()
+		return nil, r.denied(shown, true)
 	}
-	if err := r.check(shown, target, true); err != nil {
-		return nil, err
-	}
-	perm := os.FileMode(0o644)
-	if fi, err := os.Stat(target); err == nil {
-		if fi.IsDir() {
+	perm := uint32(0o644)
+	if st != nil {
+		if st.Mode&unix.S_IFMT == unix.S_IFDIR {
+			d.Close()
 			return nil, r.fsError(shown, syscall.EISDIR)
 		}
-		perm = fi.Mode().Perm()
+		perm = st.Mode & 0o777
 	}
 	if mode != nil {
-		perm = os.FileMode(*mode) & os.ModePerm
+		perm = *mode & 0o777
 	}
-	dirPath, base := filepath.Split(target)
-	dir, err := os.OpenFile(dirPath, os.O_RDONLY|syscall.O_DIRECTORY|syscall.O_CLOEXEC, 0)
+	f, tmp, err := createTempIn(d, base, perm)
 	if err != nil {
+		d.Close()
 		return nil, r.fsError(shown, err)
 	}
-	if r.pol != nil {
-		real, err := os.Readlink(fmt.Sprintf("/proc/self/fd/%d", dir.Fd()))
-		if err != nil || !r.pol.Allows(filepath.Join(real, base), true) {
-			dir.Close()
-			return nil, r.denied(shown, true)
+	return &fsHandle{f: f, write: true, dir: d, tmp: tmp, base: base, sum: sha256.New()}, nil
+}
+
+// writePlace finds where a write to p lands: p's parent directory, opened,
+// and p's final name — or, when that is a symlink, where it leads (a
+// write goes through a link, as a shell's redirection does). st describes
+// what is there now (nil: nothing).
+func (r *fsReq) writePlace(shown, p string) (*fsDir, string, *unix.Stat_t, error) {
+	for hop := 0; ; hop++ {
+		d, base, err := r.parent(shown, p)
+		if err != nil {
+			return nil, "", nil, err
 		}
+		var st unix.Stat_t
+		err = unix.Fstatat(d.fd, base, &st, unix.AT_SYMLINK_NOFOLLOW)
+		switch {
+		case err == unix.ENOENT:
+			return d, base, nil, nil
+		case err != nil:
+			d.Close()
+			return nil, "", nil, err
+		case st.Mode&unix.S_IFMT != unix.S_IFLNK:
+			return d, base, &st, nil
+		}
+		link, err := readlinkAt(d.fd, base)
+		d.Close()
+		if err != nil {
+			return nil, "", nil, err
+		}
+		if hop >= maxLinkHops {
+			return nil, "", nil, unix.ELOOP
+		}
+		if !filepath.IsAbs(link) {
+			link = filepath.Join(d.path, link) // relative to the link's real directory
+		}
+		p = filepath.Clean(link)
 	}
-	var rnd [8]byte
-	rand.Read(rnd[:])
-	tmp := "." + base + ".outpost-" + hex.EncodeToString(rnd[:])
-	if len(tmp) > 255 {
-		tmp = ".outpost-" + hex.EncodeToString(rnd[:])
-	}
-	// Read-write: the running digest may read back blocks that landed
-	// ahead of it.
-	fd, err := unix.Openat(int(dir.Fd()), tmp, unix.O_RDWR|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, uint32(perm))
-	if err != nil {
-		dir.Close()
-		return nil, r.fsError(shown, err)
-	}
-	f := os.NewFile(uintptr(fd), filepath.Join(dirPath, tmp))
-	f.Chmod(perm) // past the umask
-	return &fsHandle{f: f, write: true, dir: dir, tmp: tmp, base: base, sum: sha256.New()}, nil
 }
 
 // --- methods ------------------------------------------------------------
@@ -447,19 +468,16 @@ func (s *Session) fsCreateDirectory(p protocol.FsCreateDirectoryParams) (any, er
 	if err != nil {
 		return nil, err
 	}
-	if err := r.check(p.Path, n, true); err != nil {
-		return nil, err
-	}
 	if p.Recursive == nil || *p.Recursive {
-		err = os.MkdirAll(n, 0o755)
+		var d *fsDir
+		if d, err = r.mkdirAll(p.Path, n, 0o755); err == nil {
+			d.Close()
+		}
 	} else {
-		err = os.Mkdir(n, 0o755)
+		err = r.mkdir(p.Path, n, 0o755)
 	}
 	if err != nil {
-		return nil, r.fsError(p.Path, err)
-	}
-	if err := r.check(p.Path, n, true); err != nil { // a link swapped in meanwhile
-		return nil, err
+		return nil, r.failed(p.Path, n, true, err)
 	}
 	return protocol.Empty{}, nil
 }
@@ -469,23 +487,28 @@ func (s *Session) fsGetMetadata(p protocol.FsPathParams) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := r.check(p.Path, n, false); err != nil {
-		return nil, err
-	}
-	fi, err := os.Lstat(n)
+	d, base, err := r.parent(p.Path, n)
 	if err != nil {
-		return nil, r.fsError(p.Path, err)
+		return nil, r.failed(p.Path, n, false, err)
 	}
-	md := protocol.FsMetadata{
-		IsDirectory:  fi.IsDir(),
-		IsFile:       fi.Mode().IsRegular(),
-		IsSymlink:    fi.Mode()&os.ModeSymlink != 0,
-		Size:         uint64(fi.Size()),
-		ModifiedAtMs: fi.ModTime().UnixMilli(),
-		Mode:         uint32(fi.Mode().Perm()),
+	defer d.Close()
+	if !r.allows(d.child(base), false) {
+		return nil, r.denied(p.Path, false)
 	}
 	var stx unix.Statx_t
-	if unix.Statx(unix.AT_FDCWD, n, unix.AT_SYMLINK_NOFOLLOW, unix.STATX_BTIME, &stx) == nil && stx.Mask&unix.STATX_BTIME != 0 {
+	if err := unix.Statx(d.fd, base, unix.AT_SYMLINK_NOFOLLOW, unix.STATX_BASIC_STATS|unix.STATX_BTIME, &stx); err != nil {
+		return nil, r.failed(p.Path, n, false, err)
+	}
+	typ := uint32(stx.Mode) & unix.S_IFMT
+	md := protocol.FsMetadata{
+		IsDirectory:  typ == unix.S_IFDIR,
+		IsFile:       typ == unix.S_IFREG,
+		IsSymlink:    typ == unix.S_IFLNK,
+		Size:         stx.Size,
+		ModifiedAtMs: time.Unix(stx.Mtime.Sec, int64(stx.Mtime.Nsec)).UnixMilli(),
+		Mode:         uint32(stx.Mode) & 0o777,
+	}
+	if stx.Mask&unix.STATX_BTIME != 0 {
 		md.CreatedAtMs = stx.Btime.Sec*1000 + int64(stx.Btime.Nsec)/1e6
 	}
 	return md, nil
@@ -496,14 +519,12 @@ func (s *Session) fsCanonicalize(p protocol.FsPathParams) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := r.check(p.Path, n, false); err != nil {
-		return nil, err
-	}
-	real, err := filepath.EvalSymlinks(n)
+	o, err := r.openObject(p.Path, n)
 	if err != nil {
-		return nil, r.fsError(p.Path, err)
+		return nil, r.failed(p.Path, n, false, err)
 	}
-	return protocol.FsCanonicalizeResult{Path: s.srv.mapper.ToClient(real)}, nil
+	o.Close()
+	return protocol.FsCanonicalizeResult{Path: s.srv.mapper.ToClient(o.path)}, nil
 }
 
 func (s *Session) fsReadDirectory(p protocol.FsPathParams) (any, error) {
@@ -511,17 +532,19 @@ func (s *Session) fsReadDirectory(p protocol.FsPathParams) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := r.check(p.Path, n, false); err != nil {
-		return nil, err
+	o, err := r.openObject(p.Path, n)
+	if err != nil {
+		return nil, r.failed(p.Path, n, false, err)
 	}
-	d, err := os.Open(n)
+	defer o.Close()
+	if !o.isDir() {
+		return nil, r.fsError(p.Path, syscall.ENOTDIR)
+	}
+	d, err := reopen(o.fd, unix.O_RDONLY|unix.O_DIRECTORY, o.path)
 	if err != nil {
 		return nil, r.fsError(p.Path, err)
 	}
 	defer d.Close()
-	if err := r.checkOpened(p.Path, d, false); err != nil {
-		return nil, err
-	}
 	ents, err := d.ReadDir(maxDirEntries + 1)
 	if err != nil && err != io.EOF {
 		return nil, r.fsError(p.Path, err)
@@ -544,31 +567,23 @@ func (s *Session) fsRemove(p protocol.FsRemoveParams) (any, error) {
 		return nil, err
 	}
 	recursive, force := p.Recursive == nil || *p.Recursive, p.Force == nil || *p.Force
-	// The path itself goes, not what a link at it leads to: judge the
-	// link's own place (its parent resolved) and, for a tree, everything
-	// under it.
-	place := filepath.Join(realPath(filepath.Dir(n)), filepath.Base(n))
-	if err := r.check(p.Path, n, true); err != nil {
-		return nil, err
-	}
-	if r.pol != nil && (!r.pol.Allows(place, true) || !r.pol.AllowsTree(place, true)) {
-		return nil, r.denied(p.Path, true)
-	}
 	if n == "/" {
 		return nil, protocol.Errorf(protocol.CodeInvalidRequest, "%s: refusing to remove /", r.method)
 	}
-	fi, err := os.Lstat(n)
-	switch {
-	case errors.Is(err, fs.ErrNotExist) && force:
+	// The path itself goes, not what a link at it leads to: its parent is
+	// resolved and judged, the rest happens relative to it.
+	d, base, err := r.parent(p.Path, n)
+	if errors.Is(err, fs.ErrNotExist) && force {
+		if err := r.check(p.Path, n, true); err != nil {
+			return nil, err
+		}
 		return protocol.Empty{}, nil
-	case err != nil:
-		return nil, r.fsError(p.Path, err)
-	case fi.IsDir() && recursive:
-		err = os.RemoveAll(n)
-	default:
-		err = os.Remove(n)
 	}
 	if err != nil {
+		return nil, r.failed(p.Path, n, true, err)
+	}
+	defer d.Close()
+	if err := r.removeIn(p.Path, d, base, recursive, force); err != nil {
 		return nil, r.fsError(p.Path, err)
 	}
 	return protocol.Empty{}, nil
@@ -587,92 +602,42 @@ func (s *Session) fsCopy(p protocol.FsCopyParams) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	fi, err := os.Stat(src)
+	o, err := r.openObject(p.SourcePath, src)
 	if err != nil {
-		return nil, r.fsError(p.SourcePath, err)
+		return nil, r.failed(p.SourcePath, src, false, err)
 	}
-	if fi.IsDir() {
+	defer o.Close()
+	if o.isDir() {
 		if !p.Recursive {
 			return nil, protocol.Errorf(protocol.CodeInvalidRequest, "%s: %s: is a directory (set recursive)", r.method, p.SourcePath)
 		}
-		if err := r.checkTree(p.SourcePath, src, false); err != nil {
-			return nil, err
+		if err := r.copyTree(p.SourcePath, p.DestinationPath, o, dst); err != nil {
+			return nil, r.fsError(p.DestinationPath, err)
 		}
-		if err := r.checkTree(p.DestinationPath, dst, true); err != nil {
-			return nil, err
-		}
-		if within(realPath(src), realPath(dst)) {
-			return nil, protocol.Errorf(protocol.CodeInvalidRequest, "%s: cannot copy %s into itself (%s)", r.method, p.SourcePath, p.DestinationPath)
-		}
-		return protocol.Empty{}, r.copyTree(src, dst)
+		return protocol.Empty{}, nil
 	}
-	return protocol.Empty{}, r.copyFile(p.SourcePath, src, dst, fi.Mode().Perm())
+	in, _, err := r.openReadObject(p.SourcePath, o)
+	if err != nil {
+		return nil, err
+	}
+	defer in.Close()
+	mode := o.st.Mode & 0o777
+	h, err := r.createTemp(p.DestinationPath, dst, &mode)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := io.Copy(h.f, in); err != nil {
+		h.discard()
+		return nil, r.fsError(p.SourcePath, err)
+	}
+	if err := h.commit(); err != nil {
+		return nil, r.fsError(p.DestinationPath, err)
+	}
+	return protocol.Empty{}, nil
 }
 
 func within(root, p string) bool {
 	return p == root || strings.HasPrefix(p, strings.TrimSuffix(root, "/")+"/")
-}
-
-// copyFile copies one regular file through the same checks as a read and
-// a write.
-func (r *fsReq) copyFile(shown, src, dst string, perm os.FileMode) error {
-	in, _, err := r.openRead(shown, src)
-	if err != nil {
-		return err
-	}
-	defer in.Close()
-	mode := uint32(perm)
-	h, err := r.createTemp(dst, dst, &mode)
-	if err != nil {
-		return err
-	}
-	if _, err := io.Copy(h.f, in); err != nil {
-		h.discard()
-		return r.fsError(shown, err)
-	}
-	if err := h.commit(); err != nil {
-		return r.fsError(dst, err)
-	}
-	return nil
-}
-
-// copyTree copies a directory: directories and files with their modes,
-// symlinks as symlinks (not followed).
-func (r *fsReq) copyTree(src, dst string) error {
-	return filepath.WalkDir(src, func(path string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return r.fsError(path, err)
-		}
-		rel, _ := filepath.Rel(src, path)
-		to := filepath.Join(dst, rel)
-		info, err := d.Info()
-		if err != nil {
-			return r.fsError(path, err)
-		}
-		switch {
-		case d.IsDir():
-			if err := os.MkdirAll(to, info.Mode().Perm()|0o700); err != nil {
-				return r.fsError(to, err)
-			}
-			return r.check(to, to, true)
-		case d.Type()&fs.ModeSymlink != 0:
-			target, err := os.Readlink(path)
-			if err != nil {
-				return r.fsError(path, err)
-			}
-			return r.fsErrorOrNil(to, os.Symlink(target, to))
-		case d.Type().IsRegular():
-			return r.copyFile(path, path, to, info.Mode().Perm())
-		}
-		return nil // sockets, devices, fifos are not copied
-	})
-}
-
-func (r *fsReq) fsErrorOrNil(shown string, err error) error {
-	if err == nil {
-		return nil
-	}
-	return r.fsError(shown, err)
 }
 
 func (s *Session) fsHash(p protocol.FsPathParams) (any, error) {

@@ -352,8 +352,9 @@ func gitdirOf(dotGit string) string {
 // Access returns the access the resolved policy grants to path: the most
 // specific entry whose path contains it wins; among equally specific
 // entries none beats write beats read; no entry means none.
-func (r Resolved) Access(path string) Access {
-	path = canonical(path)
+func (r Resolved) Access(path string) Access { return r.accessReal(canonical(path)) }
+
+func (r Resolved) accessReal(path string) Access {
 	best, bestLen := AccessNone, -1
 	for _, e := range r.Entries {
 		if !within(e.Path, path) {
@@ -369,10 +370,20 @@ func (r Resolved) Access(path string) Access {
 
 // Allows reports whether the resolved policy lets a file operation read
 // (write false) or write path: reading needs any access but none; writing
-// needs write access outside every protected sub-path. path should have its
-// symlinks resolved (judge where a link leads, not where it sits).
+// needs write access outside every protected sub-path and no protected
+// name below the writable root. path's symlinks are resolved once (judge
+// where a link leads, not where it sits).
 func (r Resolved) Allows(path string, write bool) bool {
-	a := r.Access(path)
+	return r.AllowsReal(canonical(path), write)
+}
+
+// AllowsReal is Allows for a path that is already real — learnt from a
+// descriptor (/proc/self/fd), with at most a final name appended — judged
+// as it is: resolving it again would let a rename in between point the
+// judgment elsewhere.
+func (r Resolved) AllowsReal(path string, write bool) bool {
+	path = filepath.Clean(path)
+	a := r.accessReal(path)
 	if a == AccessNone {
 		return false
 	}
@@ -382,9 +393,8 @@ func (r Resolved) Allows(path string, write bool) bool {
 	if a != AccessWrite {
 		return false
 	}
-	path = canonical(path)
 	for _, p := range r.Protected {
-		if within(canonical(p), path) {
+		if within(p, path) {
 			return false
 		}
 	}
@@ -423,9 +433,14 @@ func (r Resolved) namedProtected(path string) bool {
 // operation needs: no entry inside it grants less, and for a write no
 // protected sub-path lies inside it.
 func (r Resolved) AllowsTree(path string, write bool) bool {
-	path = canonical(path)
+	return r.AllowsTreeReal(canonical(path), write)
+}
+
+// AllowsTreeReal is AllowsTree for a path that is already real.
+func (r Resolved) AllowsTreeReal(path string, write bool) bool {
+	path = filepath.Clean(path)
 	for _, e := range r.Entries {
-		if !within(path, canonical(e.Path)) {
+		if !within(path, e.Path) {
 			continue
 		}
 		if e.Access == AccessNone || write && e.Access != AccessWrite {
@@ -434,7 +449,7 @@ func (r Resolved) AllowsTree(path string, write bool) bool {
 	}
 	if write {
 		for _, p := range r.Protected {
-			if within(path, canonical(p)) {
+			if within(path, p) {
 				return false
 			}
 		}
@@ -444,6 +459,10 @@ func (r Resolved) AllowsTree(path string, write bool) bool {
 	}
 	return true
 }
+
+// ProtectedName reports whether name is kept read-only at any depth below
+// a writable root.
+func (r Resolved) ProtectedName(name string) bool { return slices.Contains(r.ProtectedNames, name) }
 
 // FullWrite reports whether the policy leaves the whole filesystem
 // writable (nothing to enforce on the filesystem).

@@ -1,0 +1,252 @@
+package executor
+
+// Descriptor-relative path handling for the fs/* methods.
+//
+// A path from a client is resolved once: its parent directory (or, for a
+// read, the object itself) is opened with openat2(2) — following ordinary
+// symlinks as the path says, refusing /proc magic links — and what that
+// descriptor really is comes from /proc/self/fd. The policy judges that
+// real place; the operation then runs only relative to the descriptor
+// (openat with O_NOFOLLOW, mkdirat, unlinkat, renameat, fstatat,
+// readlinkat, symlinkat), never through the path string again. A symlink
+// swapped in after the check can then only make a step fail: the
+// descriptor already names the judged directory.
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/outpost-exec/outpost/protocol"
+	"github.com/outpost-exec/outpost/sandbox"
+)
+
+const (
+	// maxTreeDepth bounds how deep a recursive remove or copy walks (a
+	// path of PATH_MAX holds at most 2048 components).
+	maxTreeDepth = 4096
+	// maxTreeEntries bounds the entries one recursive remove or copy
+	// visits, so a command adding entries as fast as they go cannot keep
+	// a call running.
+	maxTreeEntries = 1 << 24
+	// maxLinkHops bounds the symlinks a write follows at its final
+	// component, as the kernel's 40.
+	maxLinkHops = 40
+	// dirBatch is how many names a walk reads at a time.
+	dirBatch = 256
+)
+
+// fsDir is an open directory (O_PATH unless said otherwise) and where it
+// was when it was opened.
+type fsDir struct {
+	fd   int
+	path string
+}
+
+func (d *fsDir) Close() {
+	if d != nil && d.fd >= 0 {
+		unix.Close(d.fd)
+		d.fd = -1
+	}
+}
+
+// child is where name inside d is.
+func (d *fsDir) child(name string) string { return filepath.Join(d.path, name) }
+
+// openat2 opens path relative to dirfd, following ordinary symlinks but
+// not /proc magic links. On a kernel without openat2 (before 5.6) it
+// falls back to openat: what was opened is still judged by its
+// descriptor.
+func openat2(dirfd int, path string, flags int) (int, error) {
+	how := unix.OpenHow{Flags: uint64(flags | unix.O_CLOEXEC), Resolve: unix.RESOLVE_NO_MAGICLINKS}
+	for i := 0; ; i++ {
+		fd, err := unix.Openat2(dirfd, path, &how)
+		switch {
+		case err == nil:
+			return fd, nil
+		case (err == unix.EAGAIN || err == unix.EINTR) && i < 16:
+			continue // a rename or mount raced the lookup
+		case err == unix.ENOSYS:
+			return unix.Openat(dirfd, path, flags|unix.O_CLOEXEC, 0)
+		}
+		return -1, err
+	}
+}
+
+// errUnplaced: /proc/self/fd cannot say where a descriptor is (no /proc,
+// or a place outside this process's root).
+var errUnplaced = errors.New("cannot tell where it is")
+
+// fdPath is where the open file fd is now: /proc/self/fd/N, checked.
+func fdPath(fd int) (string, error) {
+	p, err := os.Readlink("/proc/self/fd/" + strconv.Itoa(fd))
+	if err != nil || !filepath.IsAbs(p) {
+		return "", errUnplaced
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return "", err
+	}
+	if strings.HasSuffix(p, " (deleted)") {
+		// Removed meanwhile — unless the name really ends so.
+		var cur unix.Stat_t
+		if st.Nlink == 0 || unix.Lstat(p, &cur) != nil || cur.Dev != st.Dev || cur.Ino != st.Ino {
+			return "", unix.ENOENT
+		}
+	}
+	return p, nil
+}
+
+// splitPath splits a clean absolute path into its parent and final name;
+// "/" is "." inside "/".
+func splitPath(p string) (dir, base string) {
+	if p == "/" {
+		return "/", "."
+	}
+	return filepath.Dir(p), filepath.Base(p)
+}
+
+// placed is where fd is. With a policy it must be known; without one the
+// path it was opened by stands in.
+func (r *fsReq) placed(shown string, fd int, opened string) (string, error) {
+	real, err := fdPath(fd)
+	switch {
+	case err == nil:
+		return real, nil
+	case errors.Is(err, unix.ENOENT):
+		return "", err
+	case r.pol != nil:
+		return "", protocol.Errorf(protocol.CodeInvalidRequest, "%s: %s: access denied by the sandbox policy (%v)", r.method, shown, err)
+	}
+	return opened, nil
+}
+
+// openDir opens the directory p, following symlinks as p says.
+func (r *fsReq) openDir(shown, p string) (*fsDir, error) {
+	fd, err := openat2(unix.AT_FDCWD, p, unix.O_PATH|unix.O_DIRECTORY)
+	if err != nil {
+		return nil, err
+	}
+	real, err := r.placed(shown, fd, p)
+	if err != nil {
+		unix.Close(fd)
+		return nil, err
+	}
+	return &fsDir{fd: fd, path: real}, nil
+}
+
+// parent opens p's parent directory and returns it with p's final name.
+func (r *fsReq) parent(shown, p string) (*fsDir, string, error) {
+	dir, base := splitPath(p)
+	d, err := r.openDir(shown, dir)
+	if err != nil {
+		return nil, "", err
+	}
+	return d, base, nil
+}
+
+// fsObject is an object opened with O_PATH (following symlinks), where
+// it is and what it is.
+type fsObject struct {
+	fd   int
+	path string
+	st   unix.Stat_t
+}
+
+func (o *fsObject) Close() { unix.Close(o.fd) }
+
+func (o *fsObject) isDir() bool     { return o.st.Mode&unix.S_IFMT == unix.S_IFDIR }
+func (o *fsObject) isRegular() bool { return o.st.Mode&unix.S_IFMT == unix.S_IFREG }
+
+// openObject opens what p leads to without opening it for I/O (no side
+// effects of opening a device or a fifo before it is judged) and judges
+// it for reading.
+func (r *fsReq) openObject(shown, p string) (*fsObject, error) {
+	fd, err := openat2(unix.AT_FDCWD, p, unix.O_PATH)
+	if err != nil {
+		return nil, err
+	}
+	o := &fsObject{fd: fd}
+	if o.path, err = r.placed(shown, fd, p); err == nil {
+		err = unix.Fstat(fd, &o.st)
+	}
+	if err == nil && !r.allows(o.path, false) {
+		err = r.denied(shown, false)
+	}
+	if err != nil {
+		unix.Close(fd)
+		return nil, err
+	}
+	return o, nil
+}
+
+// reopen opens the object an O_PATH descriptor holds for I/O: the same
+// inode, whatever its path now leads to.
+func reopen(fd int, flags int, name string) (*os.File, error) {
+	nfd, err := unix.Open("/proc/self/fd/"+strconv.Itoa(fd), flags|unix.O_CLOEXEC|unix.O_NOCTTY, 0)
+	if err != nil {
+		return nil, err
+	}
+	return os.NewFile(uintptr(nfd), name), nil
+}
+
+// readlinkAt reads the symlink name inside dirfd.
+func readlinkAt(dirfd int, name string) (string, error) {
+	for size := 256; size <= 1<<16; size *= 4 {
+		buf := make([]byte, size)
+		n, err := unix.Readlinkat(dirfd, name, buf)
+		if err != nil {
+			return "", err
+		}
+		if n < size {
+			return string(buf[:n]), nil
+		}
+	}
+	return "", unix.ENAMETOOLONG
+}
+
+// allows judges path, which comes from a descriptor (/proc/self/fd) plus,
+// at most, a final name, exactly as it is: resolving it again would let a
+// command renaming a directory of the path in between point the judgment
+// elsewhere. Without a policy everything is allowed.
+func (r *fsReq) allows(path string, write bool) bool {
+	return r.pol == nil || r.pol.AllowsReal(path, write)
+}
+
+// allowsTree judges path and everything under it.
+func (r *fsReq) allowsTree(path string, write bool) bool {
+	return r.pol == nil || r.pol.AllowsReal(path, write) && r.pol.AllowsTreeReal(path, write)
+}
+
+// protectedName reports whether name is one the policy keeps read-only at
+// any depth below a writable root.
+func (r *fsReq) protectedName(name string) bool { return r.pol != nil && r.pol.ProtectedName(name) }
+
+// linkPlaceWritable judges the removal of the symlink name in d: the link
+// goes, not what it leads to, so its own place is judged (the policy's
+// Allows would judge its target): d writable, the name not protected, the
+// link not a protected path, and no entry at the link granting less.
+func (r *fsReq) linkPlaceWritable(d *fsDir, name string) bool {
+	if r.pol == nil {
+		return true
+	}
+	if !r.allows(d.path, true) || r.protectedName(name) {
+		return false
+	}
+	place := d.child(name)
+	for _, p := range r.pol.Protected {
+		if within(p, place) {
+			return false
+		}
+	}
+	for _, e := range r.pol.Entries {
+		if within(place, e.Path) && e.Access != sandbox.AccessWrite {
+			return false
+		}
+	}
+	return true
+}
