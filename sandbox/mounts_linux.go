@@ -249,6 +249,12 @@ func (p Prepared) setup() (Launch, error) {
 				// is bound as it is: the command may add to it, as any
 				// user may, and no more.
 			}
+			if ms.FD == 0 && !insideOtherRoot(sp.ReadWrite, m.Path) {
+				// Reachable as it is, and its parent is read-only to the
+				// command (Landlock), so it cannot be renamed away: no
+				// mount needed.
+				continue
+			}
 			sp.Mounts = append(sp.Mounts, ms)
 		}
 	}
@@ -567,6 +573,16 @@ func hideSockets(writable []string) error {
 		}
 	}
 	return sc.Err()
+}
+
+// insideOtherRoot reports whether p lies strictly inside one of roots.
+func insideOtherRoot(roots []string, p string) bool {
+	for _, r := range roots {
+		if r != p && within(r, p) {
+			return true
+		}
+	}
+	return false
 }
 
 func inAny(roots []string, p string) bool {
