@@ -29,6 +29,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/flynn/noise"
@@ -258,7 +259,7 @@ func (l *NativeListener) serve(ctx context.Context, c net.Conn) {
 		return
 	}
 	defer sess.Close()
-	l.srv.ServeMux(ctx, sess, l.opts.Mux.MaxInboundStreams)
+	l.srv.serveMux(ctx, sess, l.opts.Mux.MaxInboundStreams, l.opts.HandshakeTimeout)
 }
 
 // awaitFirstByte waits until deadline for the connection's first byte
@@ -699,6 +700,24 @@ func peerUID(c *net.UnixConn) (int, bool) {
 // control stream with a session of its own. It returns when the yamux
 // session ends.
 func (s *Server) ServeMux(ctx context.Context, sess *yamux.Session, maxStreams int) {
+	s.serveMux(ctx, sess, maxStreams, 0)
+}
+
+// serveMux is ServeMux that, with firstStream > 0, closes a session that
+// opens no stream within firstStream: an authenticated client that then
+// sits idle would otherwise hold one of the listener's connections for
+// good (a client opens its first stream at once).
+func (s *Server) serveMux(ctx context.Context, sess *yamux.Session, maxStreams int, firstStream time.Duration) {
+	var opened atomic.Bool
+	if firstStream > 0 {
+		t := time.AfterFunc(firstStream, func() {
+			if !opened.Load() {
+				s.log.Info("closing a connection that opened no stream after its handshake", zap.Duration("within", firstStream))
+				sess.Close()
+			}
+		})
+		defer t.Stop()
+	}
 	if maxStreams <= 0 {
 		maxStreams = transport.DefaultMuxConfig().MaxInboundStreams
 	}
@@ -717,6 +736,7 @@ func (s *Server) ServeMux(ctx context.Context, sess *yamux.Session, maxStreams i
 		if err != nil {
 			return
 		}
+		opened.Store(true)
 		select {
 		case slots <- struct{}{}:
 		default:

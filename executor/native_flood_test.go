@@ -631,3 +631,37 @@ func TestNativeOptionsDefaultsAndChecks(t *testing.T) {
 		t.Fatalf("FirstByteTimeout %v above HandshakeTimeout", o.FirstByteTimeout)
 	}
 }
+
+// An authenticated client that opens no stream after its handshake is
+// closed after the handshake timeout, so idle sessions cannot fill the
+// listener's connections.
+func TestNativeListenerClosesAnAuthenticatedConnectionThatOpensNoStream(t *testing.T) {
+	f := startFloodListener(t, "tcp://127.0.0.1:0", func(o *NativeOptions) { o.HandshakeTimeout = 500 * time.Millisecond })
+	c := f.dialFrom(t, "")
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	nc, err := transport.NoiseInitiator(ctx, c, transport.NoiseConfig{Static: floodKey(t), Purpose: NativePurpose, PeerStatic: f.key.Public})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sess, err := transport.MuxClient(nc, transport.DefaultMuxConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sess.Close()
+	select {
+	case <-sess.CloseChan():
+	case <-time.After(5 * time.Second):
+		t.Fatal("an idle authenticated connection was kept open")
+	}
+	// A client that opens its stream at once is served as before.
+	fc, err := f.connect(ctx, f.dialFrom(t, ""), floodKey(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fc.sess.Close()
+	time.Sleep(700 * time.Millisecond) // past the timeout: an active session stays
+	if fc.sess.IsClosed() {
+		t.Fatal("a session that opened a stream was closed")
+	}
+}
