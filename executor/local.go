@@ -226,10 +226,11 @@ func openPTY(rows, cols uint16) (master, slave *os.File, err error) {
 		tty.Close()
 		return nil, nil, fmt.Errorf("failed to size pty: %w", err)
 	}
-	fd, err := unix.Dup(int(ptmx.Fd()))
+	// Close-on-exec atomically: a child forked between a dup and a
+	// later fcntl would inherit another command's terminal.
+	fd, err := unix.FcntlInt(ptmx.Fd(), unix.F_DUPFD_CLOEXEC, 0)
 	ptmx.Close()
 	if err == nil {
-		unix.CloseOnExec(fd)
 		err = unix.SetNonblock(fd, true)
 	}
 	if err != nil {

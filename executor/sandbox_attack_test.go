@@ -2,6 +2,7 @@ package executor
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -15,6 +16,7 @@ import (
 	"time"
 
 	"go.uber.org/zap/zaptest"
+	"golang.org/x/sys/unix"
 
 	"github.com/outpost-exec/outpost/protocol"
 	"github.com/outpost-exec/outpost/sandbox"
@@ -289,6 +291,11 @@ mv %[2]s %[2]s.away && echo PARENT-MOVED`, ws, parent)
 	if b, _ := os.ReadFile(filepath.Join(ws, ".git", "config")); string(b) != "[core]\n" {
 		t.Fatalf(".git/config changed: %q", b)
 	}
+	for _, p := range []string{ws + ".away", parent + ".away"} {
+		if _, err := os.Stat(p); err == nil {
+			t.Fatalf("%s exists on the host", p)
+		}
+	}
 }
 
 func TestSandboxCannotLeaveASetUIDProgramBehind(t *testing.T) {
@@ -401,4 +408,93 @@ func copyExecutable(src, dst string) error {
 		return err
 	}
 	return out.Close()
+}
+
+// Found by red-teaming the first version: directories between /tmp and a
+// workspace were ID-mapped along with it, handing the command a 0700
+// directory of root's (and the secrets beside the checkout).
+func TestSandboxDirectoriesAboveAWorkspaceStayTheirOwners(t *testing.T) {
+	requireUserNamespaces(t)
+	if os.Geteuid() != 0 {
+		t.Skip("as root only")
+	}
+	sess := newAttackSession(t)
+	priv := t.TempDir()
+	os.Chmod(priv, 0o700) // root's, private
+	os.WriteFile(filepath.Join(priv, "id_ed25519"), []byte("ROOT-PRIVATE-KEY"), 0o600)
+	ws := filepath.Join(priv, "checkout", "ws")
+	os.MkdirAll(ws, 0o755)
+	r := sh(t, sess, ws, workspaceWrite, "cat "+priv+"/id_ed25519; chmod 777 "+priv+"; echo x > "+priv+"/dropped; echo x > ../sibling; echo ok > mine && echo WS-OK")
+	if strings.Contains(r.out, "ROOT-PRIVATE-KEY") || !strings.Contains(r.out, "WS-OK") {
+		t.Fatalf("%q", r.out)
+	}
+	if fi, _ := os.Stat(priv); fi.Mode().Perm() != 0o700 {
+		t.Fatalf("the directory above the workspace is now %v", fi.Mode())
+	}
+	for _, p := range []string{filepath.Join(priv, "dropped"), filepath.Join(priv, "checkout", "sibling")} {
+		if _, err := os.Stat(p); err == nil {
+			t.Fatalf("%s was written", p)
+		}
+	}
+}
+
+// A command plants ws/docs → a directory of root's; a later request names
+// ws/docs as its cwd. The workspace must be named by its real path.
+func TestSandboxRefusesAWorkspaceNamedThroughASymlink(t *testing.T) {
+	requireUserNamespaces(t)
+	sess := newAttackSession(t)
+	sys := dirOutsideTmp(t)
+	os.WriteFile(filepath.Join(sys, "shadow"), []byte("SHADOW"), 0o600)
+	ws := t.TempDir()
+	sh(t, sess, ws, workspaceWrite, "ln -s "+sys+" docs")
+	for _, pol := range []map[string]any{workspaceWrite, {"mode": "read-only"}} {
+		_, err := sess.Start(context.Background(), protocol.ExecParams{ProcessID: fmt.Sprintf("p-%d", newID()), Argv: []string{"/bin/cat", "shadow"},
+			Cwd: filepath.Join(ws, "docs"), Env: map[string]string{}, Sandbox: pol})
+		if !errors.Is(err, sandbox.ErrSymlinkedWorkspace) && (err == nil || !strings.Contains(err.Error(), "crosses the symlink")) {
+			t.Fatalf("%v: a cwd through a planted symlink: %v", pol, err)
+		}
+	}
+}
+
+// A descriptor the executor holds without close-on-exec never reaches a
+// sandboxed command.
+func TestSandboxedCommandInheritsNoDescriptorButItsStdio(t *testing.T) {
+	requireUserNamespaces(t)
+	sess := newAttackSession(t)
+	secret := filepath.Join(dirOutsideTmp(t), "secret")
+	os.WriteFile(secret, []byte("SECRET-BY-FD"), 0o600)
+	fd, err := unix.Open(secret, unix.O_RDONLY, 0) // no O_CLOEXEC: leaks into every child
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(fd)
+	if err := unix.Dup2(fd, 200); err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(200)
+	r := sh(t, sess, t.TempDir(), workspaceWrite, "cat /dev/fd/200 2>/dev/null; ls /proc/self/fd")
+	if strings.Contains(r.out, "SECRET-BY-FD") {
+		t.Fatalf("the command read an inherited descriptor: %q", r.out)
+	}
+	if fds := strings.Fields(r.out); len(fds) > 4 { // 0 1 2 and ls's own
+		t.Fatalf("descriptors open in the command: %q", r.out)
+	}
+}
+
+// A nested .git cannot be replaced by moving the directory above it away
+// and rebuilding it.
+func TestSandboxNestedGitCannotBeReplacedByRenamingItsParent(t *testing.T) {
+	requireUserNamespaces(t)
+	sess := newAttackSession(t)
+	ws := t.TempDir()
+	os.MkdirAll(filepath.Join(ws, "sub", "vendor", ".git"), 0o755)
+	os.WriteFile(filepath.Join(ws, "sub", "vendor", ".git", "config"), []byte("[core]\n"), 0o644)
+	r := sh(t, sess, ws, workspaceWrite, `mv sub/vendor sub/vendor.old && echo MOVED; mv sub sub.old && echo MOVED-SUB
+mkdir -p sub/vendor/.git && printf '[core]\n\tfsmonitor = evil\n' > sub/vendor/.git/config && echo REBUILT`)
+	if strings.Contains(r.out, "MOVED") || strings.Contains(r.out, "REBUILT") {
+		t.Fatalf("%q", r.out)
+	}
+	if b, _ := os.ReadFile(filepath.Join(ws, "sub", "vendor", ".git", "config")); string(b) != "[core]\n" {
+		t.Fatalf("nested .git/config is now %q", b)
+	}
 }

@@ -192,6 +192,11 @@ func NewServer(cfg Config) (*Server, error) {
 	if cfg.DefaultCwd == "" {
 		cfg.DefaultCwd, _ = os.Getwd()
 	}
+	// Its real path: a sandboxed start without a cwd works there, and a
+	// workspace is named by its real path (see sandbox.ErrSymlinkedWorkspace).
+	if real, err := filepath.EvalSymlinks(cfg.DefaultCwd); err == nil {
+		cfg.DefaultCwd = real
+	}
 	if cfg.SandboxCaps == nil {
 		cfg.SandboxCaps = sandbox.Probe
 	}

@@ -236,7 +236,10 @@ func (p Prepared) setup() (Launch, error) {
 		}
 		for _, m := range p.mounts {
 			ms := mountSpec{Path: m.Path, ReadOnly: m.ReadOnly}
-			if p.user != nil && needsIDMap(m.Path, *p.user) {
+			if m.ReadOnly && depth(m.Path) <= 1 {
+				continue // "/" or /var as a read-only cwd: read with the user's own rights
+			}
+			if p.user != nil && !m.between && needsIDMap(m.Path, *p.user) {
 				f, err := cloneForUser(m.Path, m.ReadOnly, *p.user)
 				switch {
 				case err == nil:
@@ -298,11 +301,16 @@ func worldWritableDir(path string) bool {
 
 // cloneForUser clones path as a detached mount ID-mapped from path's owner
 // to user. Only a privileged executor (CAP_SYS_ADMIN over the file
-// system) can.
+// system) can. "/" and the directories right below it (/etc, /var, /root
+// …) are never handed over: their owner's files would all become the
+// command's, well beyond any workspace.
 func cloneForUser(path string, readOnly bool, user User) (*os.File, error) {
 	var st unix.Stat_t
 	if err := unix.Stat(path, &st); err != nil {
 		return nil, fmt.Errorf("workspace %s: %w", path, err)
+	}
+	if depth(path) <= 1 {
+		return nil, fmt.Errorf("%s is too broad to be a workspace of the sandbox's user %s: every file of its owner (uid %d) in it would become the command's; name a directory below it", path, user, st.Uid)
 	}
 	fd, err := unix.OpenTree(unix.AT_FDCWD, path, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_RECURSIVE)
 	if errors.Is(err, unix.EPERM) {
@@ -348,6 +356,13 @@ func applyMounts(sp spec) error {
 	for _, m := range mounts {
 		if err := st.place(m); err != nil {
 			return err
+		}
+	}
+	// The stand-ins hold only the paths to the mounts: read-only from now
+	// on, so nothing in them can be moved or made.
+	for _, d := range st {
+		if err := unix.Mount("", d, "", unix.MS_REMOUNT|unix.MS_BIND|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
+			return fmt.Errorf("making the stand-in for %s read-only: %w", d, err)
 		}
 	}
 	for _, p := range sp.Protected {

@@ -200,6 +200,70 @@ type Env struct {
 	Hidden []string
 }
 
+// ErrSymlinkedWorkspace refuses a workspace named through a symlink.
+var ErrSymlinkedWorkspace = errors.New("sandbox: a workspace path crosses a symlink")
+
+// checkWorkspaces refuses a workspace — the cwd, a project root, a writable
+// root or a write entry — named by a path that crosses a symlink. A
+// sandboxed command may write symlinks into its workspace; were a later
+// request's cwd to pass through one (ws/docs → /etc, or → /root/.ssh), the
+// sandbox would hand that command the link's target as its workspace —
+// ID-mapped to it, when the executor is root. So a workspace is named by
+// its real path. Paths the executor picks (:tmpdir, :slash_tmp) and read
+// entries are exempt.
+func (p Policy) checkWorkspaces(env Env) error {
+	paths := append([]string{env.Cwd}, env.ProjectRoots...)
+	named := append([]string(nil), p.WritableRoots...)
+	for _, e := range p.Entries {
+		if e.Access == AccessWrite {
+			named = append(named, e.Path)
+		}
+	}
+	for _, n := range named {
+		if isSymbol(n) {
+			continue
+		}
+		if env.Translate != nil {
+			t, err := env.Translate(n)
+			if err != nil {
+				return err
+			}
+			n = t
+		}
+		paths = append(paths, n)
+	}
+	for _, path := range paths {
+		if path == "" {
+			continue
+		}
+		if link := firstSymlink(path); link != "" {
+			real := canonical(path)
+			return fmt.Errorf("%w: %s crosses the symlink %s (which a command may have planted): name the real path %s", ErrSymlinkedWorkspace, path, link, real)
+		}
+	}
+	return nil
+}
+
+// firstSymlink returns the first component of path that is a symlink, or
+// "" (a missing component ends the walk).
+func firstSymlink(path string) string {
+	cur := "/"
+	for _, part := range strings.Split(strings.Trim(filepath.Clean(path), "/"), "/") {
+		if part == "" {
+			continue
+		}
+		cur = filepath.Join(cur, part)
+		fi, err := os.Lstat(cur)
+		if err != nil {
+			return ""
+		}
+		if fi.Mode()&os.ModeSymlink != 0 {
+			return cur
+		}
+	}
+	return ""
+}
+
 // ErrNotAbsolute rejects a relative path in a policy.
 var ErrNotAbsolute = errors.New("sandbox: path is not absolute")
 
@@ -210,6 +274,9 @@ func (p Policy) Resolve(env Env) (Resolved, error) {
 	}
 	if env.Cwd != "" && !filepath.IsAbs(env.Cwd) {
 		return Resolved{}, fmt.Errorf("%w: cwd %q", ErrNotAbsolute, env.Cwd)
+	}
+	if err := p.checkWorkspaces(env); err != nil {
+		return Resolved{}, err
 	}
 	roots := env.ProjectRoots
 	if len(roots) == 0 && env.Cwd != "" {

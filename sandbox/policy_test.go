@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -101,9 +102,36 @@ func TestSymlinkedRootsResolveToWhatTheKernelSees(t *testing.T) {
 	os.Mkdir(real, 0o755)
 	link := filepath.Join(dir, "link")
 	os.Symlink(real, link)
-	r := resolve(t, Policy{Entries: []Entry{{link, AccessWrite}}}, dir)
-	if got := r.Access(filepath.Join(real, "f")); got != AccessWrite {
+	r := resolve(t, Policy{Entries: []Entry{{":root", AccessRead}, {link, AccessNone}}}, dir)
+	if got := r.Access(filepath.Join(real, "f")); got != AccessNone {
 		t.Fatalf("path under the symlink's target: %s", got)
+	}
+}
+
+func TestWorkspacesNamedThroughASymlinkAreRefused(t *testing.T) {
+	dir := t.TempDir()
+	target := filepath.Join(dir, "etc-like")
+	os.Mkdir(target, 0o755)
+	ws := filepath.Join(dir, "ws")
+	os.Mkdir(ws, 0o755)
+	os.Symlink(target, filepath.Join(ws, "docs")) // planted by an earlier command
+	planted := filepath.Join(ws, "docs")
+	for name, tc := range map[string]struct {
+		p   Policy
+		env Env
+	}{
+		"cwd":           {Policy{Mode: ModeWorkspaceWrite}, Env{Cwd: planted}},
+		"read-only cwd": {Policy{Mode: ModeReadOnly}, Env{Cwd: planted}},
+		"project root":  {Policy{Mode: ModeWorkspaceWrite}, Env{Cwd: ws, ProjectRoots: []string{planted}}},
+		"writable root": {Policy{Mode: ModeWorkspaceWrite, WritableRoots: []string{planted + "/sub"}}, Env{Cwd: ws}},
+		"write entry":   {Policy{Entries: []Entry{{":root", AccessRead}, {planted, AccessWrite}}}, Env{Cwd: ws}},
+	} {
+		if _, err := tc.p.Resolve(tc.env); !errors.Is(err, ErrSymlinkedWorkspace) {
+			t.Errorf("%s: %v, want ErrSymlinkedWorkspace", name, err)
+		}
+	}
+	if _, err := (Policy{Mode: ModeWorkspaceWrite}).Resolve(Env{Cwd: target}); err != nil {
+		t.Fatalf("the real path is fine: %v", err)
 	}
 }
 

@@ -156,6 +156,9 @@ type mountSpec struct {
 	// 0: the helper clones Path onto itself.
 	FD       int  `json:"fd,omitempty"`
 	ReadOnly bool `json:"readOnly,omitempty"`
+	// between: a directory between a writable root and something below it,
+	// pinned as a mount point; never ID-mapped.
+	between bool
 }
 
 // User is the host id sandboxed commands run as when the executor is root.
@@ -317,16 +320,26 @@ func Prepare(req Request, caps Capabilities) (Prepared, error) {
 			}
 		}
 	}
-	// A workspace inside another writable root (a checkout under /tmp)
-	// could still be moved away with a directory above it: every
-	// directory between the two becomes a mount point as well.
-	for _, m := range append([]mountSpec(nil), prep.mounts...) {
-		for a := filepath.Dir(m.Path); a != "/" && a != "."; a = filepath.Dir(a) {
+	// A workspace inside another writable root (a checkout under /tmp),
+	// or a protected path below its root (sub/vendor/.git), could still be
+	// moved away with a directory above it and rebuilt: every directory
+	// between the two becomes a mount point as well — bound as it is,
+	// never ID-mapped (that would hand the command a directory it was not
+	// given, such as a 0700 one of root's above a checkout).
+	below := append([]string(nil), sp.Protected...)
+	for _, m := range prep.mounts {
+		below = append(below, m.Path)
+	}
+	for _, p := range below {
+		for a := filepath.Dir(p); a != "/" && a != "."; a = filepath.Dir(a) {
 			if mounted[a] || !inAnyRoot(writable, a) || slices.Contains(writable, a) {
 				continue
 			}
+			if len(prep.mounts) >= MaxProtectedPaths {
+				return Prepared{}, fmt.Errorf("%w: more than %d directories to pin below the writable roots", ErrTooManyToProtect, MaxProtectedPaths)
+			}
 			mounted[a] = true
-			prep.mounts = append(prep.mounts, mountSpec{Path: a})
+			prep.mounts = append(prep.mounts, mountSpec{Path: a, between: true})
 		}
 	}
 	return prep, nil
