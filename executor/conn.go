@@ -400,6 +400,9 @@ func EnvironmentInfo(cfg Config) protocol.EnvironmentInfo {
 	shell := os.Getenv("SHELL")
 	if shell == "" {
 		shell = "/bin/sh"
+		if _, err := os.Stat("/bin/bash"); err == nil {
+			shell = "/bin/bash" // what codex's server reports, where it is true
+		}
 	}
 	home, _ := os.UserHomeDir()
 	return protocol.EnvironmentInfo{

@@ -175,14 +175,19 @@ func (s *Session) fsRequest(method string, rawPolicy any) (*fsReq, error) {
 	if err != nil {
 		return nil, protocol.Errorf(protocol.CodeInvalidParams, "invalid params for %s: sandbox: %v", method, err)
 	}
-	pol, err := sandbox.ParsePolicy(data)
+	ctx, err := sandbox.ParseContext(data)
 	if err != nil {
 		return nil, protocol.Errorf(protocol.CodeInvalidParams, "invalid params for %s: %v", method, err)
 	}
-	var ctx struct {
-		Cwd string `json:"cwd"`
+	pol := ctx.Policy
+	var roots []string
+	for _, r := range ctx.WorkspaceRoots {
+		n, err := s.srv.translate(r)
+		if err != nil {
+			return nil, protocol.Errorf(protocol.CodeInvalidParams, "invalid params for %s: sandbox workspaceRoots: %v", method, err)
+		}
+		roots = append(roots, n)
 	}
-	json.Unmarshal(data, &ctx)
 	// A policy without a cwd is judged against its own roots: ":cwd" (and
 	// ":project_roots") then grant nothing, never the executor's own
 	// working directory.
@@ -194,7 +199,8 @@ func (s *Session) fsRequest(method string, rawPolicy any) (*fsReq, error) {
 	// commands. Shared sticky temporary roots (/tmp) are not scanned for
 	// protected names: an fs call judges every component it touches by
 	// name (Allows, and the walks of fstree_linux.go).
-	res, err := pol.Resolve(sandbox.Env{Cwd: cwd, Translate: s.srv.translate, Hidden: s.srv.cfg.SandboxHidden, SharedTempUnscanned: true})
+	res, err := pol.Resolve(sandbox.Env{Cwd: cwd, ProjectRoots: roots, NoProjectRootFallback: ctx.Codex, Translate: s.srv.translate,
+		Hidden: s.srv.cfg.SandboxHidden, SharedTempUnscanned: true})
 	if err != nil {
 		return nil, protocol.Errorf(protocol.CodeInvalidParams, "invalid params for %s: %v", method, err)
 	}

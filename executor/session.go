@@ -188,13 +188,26 @@ func (s *Session) sandboxed(p *protocol.ExecParams, spec Spec) (Spec, error) {
 	if err != nil {
 		return Spec{}, protocol.Errorf(protocol.CodeInvalidParams, "invalid params for process/start: sandbox: %v", err)
 	}
-	policy, err := sandbox.ParsePolicy(raw)
+	sctx, err := sandbox.ParseContext(raw)
 	if err != nil {
 		return Spec{}, protocol.Errorf(protocol.CodeInvalidParams, "invalid params for process/start: %v", err)
 	}
+	req := sandbox.Request{Argv: spec.Argv, Arg0: spec.Arg0, Dir: spec.Dir, Env: spec.Env, Policy: sctx.Policy,
+		Limits: s.srv.cfg.SandboxLimits, Translate: s.srv.translate, User: s.srv.cfg.SandboxUser, Hidden: s.srv.cfg.SandboxHidden,
+		TempDir: envValue(spec.Env, "TMPDIR")}
+	if sctx.Codex {
+		// codex's project roots are its workspaceRoots, none meaning none.
+		req.ExactProjectRoots = true
+		for _, r := range sctx.WorkspaceRoots {
+			n, err := s.srv.translate(r)
+			if err != nil {
+				return Spec{}, protocol.Errorf(protocol.CodeInvalidParams, "invalid params for process/start: sandbox workspaceRoots: %v", err)
+			}
+			req.ProjectRoots = append(req.ProjectRoots, n)
+		}
+	}
 	caps := s.srv.cfg.SandboxCaps()
-	prep, err := sandbox.Prepare(sandbox.Request{Argv: spec.Argv, Arg0: spec.Arg0, Dir: spec.Dir, Env: spec.Env, Policy: policy,
-		Limits: s.srv.cfg.SandboxLimits, Translate: s.srv.translate, User: s.srv.cfg.SandboxUser, Hidden: s.srv.cfg.SandboxHidden}, caps)
+	prep, err := sandbox.Prepare(req, caps)
 	if err != nil {
 		if errors.Is(err, sandbox.ErrCannotEnforce) {
 			return Spec{}, protocol.Errorf(protocol.CodeInvalidRequest, "%v", err)
@@ -210,6 +223,16 @@ func (s *Session) sandboxed(p *protocol.ExecParams, spec Spec) (Spec, error) {
 		spec.Classify = prep.Resolved.Classify
 	}
 	return spec, nil
+}
+
+// envValue is KEY's value in a KEY=VALUE list, "" if absent.
+func envValue(env []string, key string) string {
+	for i := len(env) - 1; i >= 0; i-- {
+		if v, ok := strings.CutPrefix(env[i], key+"="); ok {
+			return v
+		}
+	}
+	return ""
 }
 
 // Start starts a process under p.ProcessID. Two starts with one id give

@@ -253,6 +253,14 @@ type EnvironmentInfo struct {
 	PlatformOS      string `json:"platformOs,omitempty" msgpack:"platformOs,omitempty"`
 	UserHomeDir     string `json:"userHomeDir,omitempty" msgpack:"userHomeDir,omitempty"`
 	TempDir         string `json:"tempDir,omitempty" msgpack:"tempDir,omitempty"`
+	// Capabilities are codex's: what optional requests the server honours.
+	Capabilities EnvironmentCapabilities `json:"capabilities" msgpack:"capabilities"`
+}
+
+// EnvironmentCapabilities is codex's capabilities object, always sent as
+// codex's server sends it. outpost launches no managed network proxy.
+type EnvironmentCapabilities struct {
+	NetworkProxyLaunch bool `json:"networkProxyLaunch" msgpack:"networkProxyLaunch"`
 }
 
 // OutputNotification is the params of process/output.

@@ -102,9 +102,21 @@ type Policy struct {
 	WritableRoots []string
 	// ProtectedNames overrides DefaultProtectedNames when non-nil.
 	ProtectedNames []string
-	// Entries, when non-empty, replace the entries Mode implies.
+	// Entries, when non-empty, replace the entries Mode implies. A path is
+	// absolute or a symbol, optionally with a relative subpath
+	// (":project_roots/.git").
 	Entries []Entry
+	// DenyGlobs are patterns (absolute, or ":project_roots/<pattern>";
+	// "**" matches any number of directories) whose matches when the
+	// policy is resolved get access none. GlobScanMaxDepth bounds how
+	// deep below a pattern's fixed prefix they are looked for (default
+	// DefaultGlobScanDepth).
+	DenyGlobs        []string
+	GlobScanMaxDepth int
 }
+
+// DefaultGlobScanDepth bounds the directories a deny glob descends.
+const DefaultGlobScanDepth = 16
 
 // Validate reports the first invalid field.
 func (p Policy) Validate() error {
@@ -115,7 +127,7 @@ func (p Policy) Validate() error {
 		if _, err := ParseAccess(string(e.Access)); err != nil {
 			return fmt.Errorf("entries[%d]: %w", i, err)
 		}
-		if !isSymbol(e.Path) && !filepath.IsAbs(e.Path) {
+		if _, _, ok := splitSymbol(e.Path); !ok && !filepath.IsAbs(e.Path) {
 			return fmt.Errorf("entries[%d]: path %q is neither absolute nor a symbol", i, e.Path)
 		}
 	}
@@ -134,10 +146,19 @@ func (p Policy) Validate() error {
 
 func isSymbol(s string) bool {
 	switch s {
-	case SymRoot, SymCwd, SymTmpdir, SymSlashTmp, SymProjectRoots:
+	case SymRoot, SymCwd, SymTmpdir, SymSlashTmp, SymProjectRoots, SymMinimal:
 		return true
 	}
 	return false
+}
+
+// splitSymbol splits ":sym/sub" into the symbol and its relative subpath.
+func splitSymbol(s string) (sym, sub string, ok bool) {
+	if !strings.HasPrefix(s, ":") {
+		return "", "", false
+	}
+	sym, sub, _ = strings.Cut(s, "/")
+	return sym, sub, isSymbol(sym)
 }
 
 // entries returns the policy's entries, deriving them from Mode when none
@@ -189,6 +210,9 @@ type Env struct {
 	// Translate maps a client path to a native one (pathmap); nil keeps
 	// the path as it is.
 	Translate func(string) (string, error)
+	// NoProjectRootFallback: without ProjectRoots, :project_roots grants
+	// nothing (codex's shape: its workspaceRoots, never the cwd).
+	NoProjectRootFallback bool
 	// SharedTempUnscanned leaves sticky world-writable roots (/tmp) out of
 	// the scan for protected names: right when the command runs as its own
 	// unprivileged user there (file ownership keeps it out of everyone
@@ -220,7 +244,7 @@ func (p Policy) checkWorkspaces(env Env) error {
 		}
 	}
 	for _, n := range named {
-		if isSymbol(n) {
+		if _, _, ok := splitSymbol(n); ok {
 			continue
 		}
 		if env.Translate != nil {
@@ -279,15 +303,35 @@ func (p Policy) Resolve(env Env) (Resolved, error) {
 		return Resolved{}, err
 	}
 	roots := env.ProjectRoots
-	if len(roots) == 0 && env.Cwd != "" {
+	if len(roots) == 0 && env.Cwd != "" && !env.NoProjectRootFallback {
 		roots = []string{env.Cwd}
 	}
 	tmp := env.TempDir
 	if tmp == "" {
 		tmp = os.TempDir()
 	}
-	expand := func(path string) ([]string, error) {
+	var expand func(path string) ([]string, error)
+	expand = func(path string) ([]string, error) {
+		if sym, sub, ok := splitSymbol(path); ok && sub != "" {
+			bases, err := expand(sym)
+			if err != nil {
+				return nil, err
+			}
+			out := make([]string, 0, len(bases))
+			for _, b := range bases {
+				out = append(out, filepath.Join(b, sub))
+			}
+			return out, nil
+		}
 		switch path {
+		case SymMinimal:
+			var out []string
+			for _, m := range minimalPaths {
+				if _, err := os.Stat(m); err == nil {
+					out = append(out, m)
+				}
+			}
+			return out, nil
 		case SymRoot:
 			return []string{"/"}, nil
 		case SymCwd:
@@ -335,6 +379,25 @@ func (p Policy) Resolve(env Env) (Resolved, error) {
 			if !seen[re] {
 				seen[re] = true
 				r.Entries = append(r.Entries, re)
+			}
+		}
+	}
+	for _, g := range p.DenyGlobs {
+		patterns, err := expand(g)
+		if err != nil {
+			return Resolved{}, err
+		}
+		for _, pat := range patterns {
+			matches, err := globMatches(pat, p.GlobScanMaxDepth)
+			if err != nil {
+				return Resolved{}, err
+			}
+			for _, m := range matches {
+				re := Entry{Path: canonical(m), Access: AccessNone}
+				if !seen[re] {
+					seen[re] = true
+					r.Entries = append(r.Entries, re)
+				}
 			}
 		}
 	}

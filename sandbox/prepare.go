@@ -50,6 +50,12 @@ type Request struct {
 	User *User
 	// Hidden are the executor's secrets: access none in every policy.
 	Hidden []string
+	// ExactProjectRoots: ProjectRoots are what the client named, even
+	// none (codex's workspaceRoots); otherwise none means [Dir].
+	ExactProjectRoots bool
+	// TempDir is what :tmpdir means for this command (its $TMPDIR);
+	// default os.TempDir().
+	TempDir string
 }
 
 // Limits are per-command resource limits (0 = leave as inherited). Core
@@ -225,10 +231,11 @@ func Prepare(req Request, caps Capabilities) (Prepared, error) {
 		return Prepared{}, errors.New("argv must not be empty")
 	}
 	roots := req.ProjectRoots
-	if len(roots) == 0 {
+	if len(roots) == 0 && !req.ExactProjectRoots {
 		roots = []string{req.Dir}
 	}
-	res, err := req.Policy.Resolve(Env{Cwd: req.Dir, ProjectRoots: roots, Translate: req.Translate, Hidden: req.Hidden, SharedTempUnscanned: req.User != nil})
+	res, err := req.Policy.Resolve(Env{Cwd: req.Dir, ProjectRoots: roots, TempDir: req.TempDir, Translate: req.Translate, Hidden: req.Hidden,
+		SharedTempUnscanned: req.User != nil, NoProjectRootFallback: req.ExactProjectRoots})
 	if err != nil {
 		return Prepared{}, err
 	}

@@ -1,0 +1,503 @@
+package conformance
+
+// End to end with the real codex CLI: `codex exec` (0.145.0) talks to a
+// scripted model (fakemodel_test.go) and runs the model's shell commands on
+// an exec-server named by CODEX_EXEC_SERVER_URL — outpost's executor, or,
+// as the reference, codex's own `codex exec-server`.
+//
+// Where a command ran is checked from outside: while a command is still
+// running (it waits for the test), the test finds its processes by a marker
+// in their command line and walks /proc PPid links up to the exec-server's
+// pid. A sandboxed command lives in a PID namespace of its own, where its
+// own view of its parents ends at the namespace's init, but /proc of the
+// test (the initial namespace) shows the whole chain.
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/outpost-exec/outpost/internal/peers"
+)
+
+// codexRunTimeout bounds one `codex exec`.
+const codexRunTimeout = 60 * time.Second
+
+// codexResult is what one `codex exec` run did.
+type codexResult struct {
+	ExitCode       int
+	Stdout, Stderr string
+	// Requests is every request codex sent to the model, in order.
+	Requests []modelRequest
+	// Outputs is every function_call_output codex handed back to the
+	// model (from its last request), in call order.
+	Outputs []toolOutput
+}
+
+// codexConfig is the config.toml of a throwaway CODEX_HOME: the scripted
+// model as a custom Responses-API provider (its key from an environment
+// variable), no approvals, and none of the features that reach the
+// network by themselves.
+const codexConfig = `model = "outpost-scripted"
+model_provider = "fake"
+approval_policy = "never"
+
+[model_providers.fake]
+name = "scripted model"
+base_url = %q
+wire_api = "responses"
+env_key = "OUTPOST_FAKE_MODEL_KEY"
+request_max_retries = 0
+stream_max_retries = 0
+
+[features]
+plugins = false
+apps = false
+remote_plugin = false
+`
+
+// runCodexExec runs `codex exec` in workspace with extra args (e.g. "-s",
+// "read-only"), the scripted model answering with script, and its commands
+// sent to the exec-server at execServerURL. It fails the test when codex
+// fails, times out, or the model saw something the script did not expect.
+func runCodexExec(t *testing.T, execServerURL, workspace string, args []string, script []step) codexResult {
+	t.Helper()
+	codexBin, err := peers.CodexBinary()
+	if err != nil {
+		t.Skipf("skipping the codex CLI test: %v", err)
+	}
+	model := startFakeModel(script)
+	defer model.close()
+
+	home := t.TempDir()
+	if err := os.WriteFile(filepath.Join(home, "config.toml"), fmt.Appendf(nil, codexConfig, model.baseURL()), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	argv := append([]string{"exec", "--strict-config", "--skip-git-repo-check", "--ephemeral", "--color", "never", "-C", workspace}, args...)
+	argv = append(argv, "Follow the script.")
+
+	timeout := codexRunTimeout
+	if d, ok := t.Deadline(); ok && time.Until(d)-10*time.Second < timeout {
+		timeout = max(time.Until(d)-10*time.Second, time.Second)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, codexBin, argv...)
+	cmd.Dir = workspace
+	cmd.Env = append(codexEnv(),
+		"CODEX_HOME="+home,
+		"CODEX_EXEC_SERVER_URL="+execServerURL,
+		"OUTPOST_FAKE_MODEL_KEY=not-a-real-key",
+	)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	cmd.WaitDelay = 5 * time.Second
+	var stdout, stderr strings.Builder
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	runErr := cmd.Run()
+	if cmd.ProcessState == nil {
+		t.Fatalf("codex exec: %v", runErr)
+	}
+
+	reqs, errs := model.snapshot()
+	res := codexResult{ExitCode: cmd.ProcessState.ExitCode(), Stdout: stdout.String(), Stderr: stderr.String(), Requests: reqs}
+	if n := len(reqs); n > 0 && reqs[n-1].Body != nil {
+		res.Outputs = model.outputsIn(reqs[n-1].Body)
+	}
+	report := func() string {
+		var b strings.Builder
+		fmt.Fprintf(&b, "codex %s\nexit %d\nstdout:\n%s\nstderr:\n%s\nmodel saw %d requests; tool outputs:\n", strings.Join(argv, " "), res.ExitCode, res.Stdout, res.Stderr, len(reqs))
+		for i := range res.Outputs {
+			fmt.Fprintf(&b, "  %d: %s\n", i, &res.Outputs[i])
+		}
+		return b.String()
+	}
+	switch {
+	case ctx.Err() != nil:
+		t.Fatalf("codex exec did not finish within %v\n%s", timeout, report())
+	case runErr != nil:
+		t.Fatalf("codex exec: %v\n%s", runErr, report())
+	case len(errs) > 0:
+		t.Fatalf("scripted model: %v\n%s", errors.Join(errs...), report())
+	}
+	t.Logf("%s", report())
+	return res
+}
+
+// codexEnv is this process's environment without codex's or OpenAI's own
+// variables, so a developer's settings cannot leak into the run.
+func codexEnv() []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		k, _, _ := strings.Cut(kv, "=")
+		if strings.HasPrefix(k, "CODEX_") || strings.HasPrefix(k, "OPENAI_") {
+			continue
+		}
+		env = append(env, kv)
+	}
+	return env
+}
+
+// markedProc is a running process whose command line carries a marker.
+type markedProc struct {
+	chain []string // "pid:comm" of it and its ancestors
+	pidNS string   // its PID namespace
+}
+
+func (p markedProc) String() string { return strings.Join(p.chain, " < ") + " (" + p.pidNS + ")" }
+
+// underServer finds the running processes whose command line contains
+// marker and reports an error unless there are some and every one descends
+// from the process pid (the exec-server). They come deepest first: the
+// command itself, then wrappers that carry its command line (a sandbox
+// helper, bwrap).
+func underServer(pid int, marker string) ([]markedProc, error) {
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil, err
+	}
+	var found []markedProc
+	for _, e := range ents {
+		p, err := strconv.Atoi(e.Name())
+		if err != nil || p == os.Getpid() {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err != nil || !strings.Contains(string(b), marker) {
+			continue
+		}
+		mp := markedProc{chain: ancestry(p)}
+		mp.pidNS, _ = os.Readlink(fmt.Sprintf("/proc/%d/ns/pid", p))
+		if !containsPid(mp.chain, pid) {
+			return nil, fmt.Errorf("process %d (%q) does not descend from the exec-server %d: %s", p, strings.ReplaceAll(string(b), "\x00", " "), pid, mp)
+		}
+		found = append(found, mp)
+	}
+	if len(found) == 0 {
+		return nil, fmt.Errorf("no running process carries the marker %q", marker)
+	}
+	sort.Slice(found, func(i, j int) bool { return len(found[i].chain) > len(found[j].chain) })
+	return found, nil
+}
+
+// ancestry is "pid:comm" for p and each of its ancestors, as the initial
+// PID namespace sees them.
+func ancestry(p int) []string {
+	var chain []string
+	for p > 0 && len(chain) < 64 {
+		comm, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", p))
+		chain = append(chain, fmt.Sprintf("%d:%s", p, strings.TrimSpace(string(comm))))
+		p = ppid(p)
+	}
+	return chain
+}
+
+func ppid(p int) int {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p))
+	if err != nil {
+		return 0
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, "PPid:"); ok {
+			n, _ := strconv.Atoi(strings.TrimSpace(v))
+			return n
+		}
+	}
+	return 0
+}
+
+func containsPid(chain []string, pid int) bool {
+	for _, c := range chain {
+		if strings.HasPrefix(c, strconv.Itoa(pid)+":") {
+			return true
+		}
+	}
+	return false
+}
+
+func randomTag() string {
+	b := make([]byte, 6)
+	rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// execServer is an exec-server for codex to use: its URL (for
+// CODEX_EXEC_SERVER_URL) and the pid of the process that starts the
+// commands (the one they must descend from).
+//
+// codexCLICases run against any execServer: another way to reach an
+// executor (say, an outpost bridge → relay → `executor join`) is one more
+// execServer, whose url is the bridge's and whose pid is the joined
+// executor's.
+type execServer struct {
+	name string
+	url  string
+	pid  int
+}
+
+// TestCodexCLI runs `codex exec` against outpost's executor and, as the
+// reference, against codex's own exec-server.
+func TestCodexCLI(t *testing.T) {
+	codexBin, err := peers.CodexBinary()
+	if err != nil {
+		t.Skipf("skipping the codex CLI test: %v", err)
+	}
+	bin, err := peers.BuildOutpost(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	theirs, err := peers.StartCodex(ctx, codexBin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(theirs.Stop)
+	ours, err := peers.StartOutpost(ctx, bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(ours.Stop)
+
+	for _, srv := range []execServer{
+		{"codex", theirs.URL, theirs.Pid()},
+		{"outpost", ours.URL, ours.Pid()},
+	} {
+		t.Run(srv.name, func(t *testing.T) {
+			for _, c := range codexCLICases {
+				t.Run(c.name, func(t *testing.T) { c.run(t, srv) })
+			}
+		})
+	}
+}
+
+var codexCLICases = []struct {
+	name string
+	run  func(t *testing.T, srv execServer)
+}{
+	{"unsandboxed", codexUnsandboxed},
+	{"read-only", codexReadOnly},
+	{"workspace-write", codexWorkspaceWrite},
+	{"poll", codexPoll},
+	{"tty-stdin", codexTTYStdin},
+	{"sandboxed-process-tree", codexSandboxedTree},
+}
+
+// parentChain prints "chain PID COMM" for the shell and each ancestor it
+// can see (all of them unsandboxed; up to its PID namespace's init when
+// sandboxed).
+const parentChain = `p=$$; while [ "${p:-0}" -gt 0 ]; do echo "chain $p $(cat /proc/$p/comm)"; n=; while read -r k v; do [ "$k" = PPid: ] && n=$v; done < /proc/$p/status; p=$n; done`
+
+func codexUnsandboxed(t *testing.T, srv execServer) {
+	ws := t.TempDir()
+	res := runCodexExec(t, srv.url, ws, []string{"--dangerously-bypass-approvals-and-sandbox"}, []step{
+		{Exec: &execCall{Cmd: "echo hello-from-outpost; cat /proc/self/status | grep PPid; " + parentChain}},
+	})
+	out := onlyOutput(t, res, 1)[0]
+	if !out.Exited || out.ExitCode != 0 {
+		t.Fatalf("model was not told of a clean exit: %s", &out)
+	}
+	if !strings.Contains(out.Output, "hello-from-outpost\n") || !strings.Contains(out.Output, "PPid:") {
+		t.Fatalf("the command's output did not reach the model: %s", &out)
+	}
+	// Unsandboxed, the shell sees its real parents: the exec-server must
+	// be one of them.
+	if !strings.Contains(out.Output, fmt.Sprintf("chain %d ", srv.pid)) {
+		t.Fatalf("the command did not run under the %s exec-server (pid %d): %s", srv.name, srv.pid, out.Output)
+	}
+}
+
+func codexReadOnly(t *testing.T, srv execServer) {
+	ws := t.TempDir()
+	if err := os.WriteFile(filepath.Join(ws, "existing.txt"), []byte("existing-content\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	res := runCodexExec(t, srv.url, ws, []string{"-s", "read-only"}, []step{
+		{Exec: &execCall{Cmd: "cat existing.txt"}},
+		{Exec: &execCall{Cmd: "echo x > inside.txt"}},
+	})
+	outs := onlyOutput(t, res, 2)
+	if read := outs[0]; !read.Exited || read.ExitCode != 0 || !strings.Contains(read.Output, "existing-content") {
+		t.Errorf("a read in the read-only sandbox failed: %s", &read)
+	}
+	write := outs[1]
+	if !refused(write) {
+		t.Errorf("the model should see the write run and fail, denied: %s", &write)
+	}
+	if _, err := os.Stat(filepath.Join(ws, "inside.txt")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the read-only sandbox let a write through: inside.txt: %v", err)
+	}
+}
+
+func codexWorkspaceWrite(t *testing.T, srv execServer) {
+	ws := t.TempDir()
+	git := exec.Command("git", "init", "-q", ws)
+	if out, err := git.CombinedOutput(); err != nil {
+		t.Logf("git init: %v: %s; making .git by hand", err, out)
+		if err := os.Mkdir(filepath.Join(ws, ".git"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Outside the workspace and outside /tmp (which workspace-write
+	// leaves writable, and which holds the workspace), in a directory that
+	// exists, so only the sandbox can make the write fail.
+	dir, err := os.MkdirTemp("/var/tmp", "outpost-codexcli-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	outside := filepath.Join(dir, "outside.txt")
+
+	res := runCodexExec(t, srv.url, ws, []string{"-s", "workspace-write"}, []step{
+		{Exec: &execCall{Cmd: "echo in > inside.txt && cat inside.txt"}},
+		{Exec: &execCall{Cmd: "echo out > " + outside}},
+		{Exec: &execCall{Cmd: "echo hook > .git/outpost-probe"}},
+	})
+	outs := onlyOutput(t, res, 3)
+	if in := outs[0]; !in.Exited || in.ExitCode != 0 || !strings.Contains(in.Output, "in\n") {
+		t.Errorf("a write inside the workspace failed: %s", &in)
+	}
+	if b, err := os.ReadFile(filepath.Join(ws, "inside.txt")); err != nil || string(b) != "in\n" {
+		t.Errorf("inside.txt = %q, %v; want \"in\\n\"", b, err)
+	}
+	for i, path := range []string{outside, filepath.Join(ws, ".git", "outpost-probe")} {
+		o := outs[i+1]
+		if !refused(o) {
+			t.Errorf("the model should see the write to %s run and fail, denied: %s", path, &o)
+		}
+		if _, err := os.Stat(path); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("workspace-write let a write to %s through: %v", path, err)
+		}
+	}
+}
+
+// codexPoll: a command still running when its yield ends is polled with
+// write_stdin and empty chars until it exits. It waits for a file the test
+// creates only after checking where the command runs.
+func codexPoll(t *testing.T, srv execServer) {
+	ws := t.TempDir()
+	marker := "poll-" + randomTag()
+	gate := filepath.Join(ws, "gate")
+	res := runCodexExec(t, srv.url, ws, []string{"--dangerously-bypass-approvals-and-sandbox"}, []step{
+		{Exec: &execCall{Cmd: "echo started-" + marker + "; until [ -e gate ]; do sleep 0.05; done; echo done-" + marker, YieldMs: 250}},
+		{
+			Before: func(prev *toolOutput) error {
+				defer os.WriteFile(gate, nil, 0o644)
+				if prev == nil || prev.SessionID == 0 {
+					return fmt.Errorf("the command is not reported running: %s", prev)
+				}
+				_, err := underServer(srv.pid, marker)
+				return err
+			},
+			Stdin: &stdinCall{Chars: "", YieldMs: 10000},
+		},
+	})
+	outs := onlyOutput(t, res, 2)
+	if first := outs[0]; first.Exited || first.SessionID == 0 || !strings.Contains(first.Output, "started-"+marker) {
+		t.Errorf("the first yield should report the command running, with its first output: %s", &first)
+	}
+	if poll := outs[1]; !poll.Exited || poll.ExitCode != 0 || !strings.Contains(poll.Output, "done-"+marker) {
+		t.Errorf("polling should report the rest of the output and a clean exit: %s", &poll)
+	}
+}
+
+// codexTTYStdin: a command on a PTY waits for a line; write_stdin sends it.
+func codexTTYStdin(t *testing.T, srv execServer) {
+	ws := t.TempDir()
+	marker := "tty-" + randomTag()
+	res := runCodexExec(t, srv.url, ws, []string{"--dangerously-bypass-approvals-and-sandbox"}, []step{
+		{Exec: &execCall{Cmd: "[ -t 0 ] && echo is-a-tty; read x; echo got-$x # " + marker, TTY: true, YieldMs: 250}},
+		{
+			Before: func(prev *toolOutput) error {
+				if prev == nil || prev.SessionID == 0 {
+					return fmt.Errorf("the command is not reported running: %s", prev)
+				}
+				_, err := underServer(srv.pid, marker)
+				return err
+			},
+			Stdin: &stdinCall{Chars: "abc\n", YieldMs: 10000},
+		},
+	})
+	outs := onlyOutput(t, res, 2)
+	if first := outs[0]; first.Exited || first.SessionID == 0 || !strings.Contains(first.Output, "is-a-tty") {
+		t.Errorf("the first yield should report the command running on a tty: %s", &first)
+	}
+	if wr := outs[1]; !wr.Exited || wr.ExitCode != 0 || !strings.Contains(wr.Output, "got-abc") {
+		t.Errorf("the line written to stdin should reach the command: %s", &wr)
+	}
+}
+
+// codexSandboxedTree: a sandboxed (read-only) command runs under the
+// exec-server, in a PID namespace of its own. The command's own view of its
+// parents stops at its namespace's init, so the test walks /proc from
+// outside while the command waits on its tty.
+func codexSandboxedTree(t *testing.T, srv execServer) {
+	ws := t.TempDir()
+	marker := "tree-" + randomTag()
+	var procs []markedProc
+	res := runCodexExec(t, srv.url, ws, []string{"-s", "read-only"}, []step{
+		{Exec: &execCall{Cmd: "read x; echo got-$x # " + marker, TTY: true, YieldMs: 250}},
+		{
+			Before: func(prev *toolOutput) error {
+				if prev == nil || prev.SessionID == 0 {
+					return fmt.Errorf("the command is not reported running: %s", prev)
+				}
+				var err error
+				procs, err = underServer(srv.pid, marker)
+				return err
+			},
+			Stdin: &stdinCall{Chars: "go\n", YieldMs: 10000},
+		},
+	})
+	for _, p := range procs {
+		t.Logf("process tree: %s", p)
+	}
+	outs := onlyOutput(t, res, 2)
+	if wr := outs[1]; !wr.Exited || wr.ExitCode != 0 || !strings.Contains(wr.Output, "got-go") {
+		t.Errorf("the line written to stdin should reach the sandboxed command: %s", &wr)
+	}
+	// The sandbox gave the command (the deepest marked process) a PID
+	// namespace of its own.
+	self, _ := os.Readlink(fmt.Sprintf("/proc/%d/ns/pid", srv.pid))
+	if len(procs) > 0 && procs[0].pidNS == self {
+		t.Errorf("the sandboxed command shares the exec-server's PID namespace: %s", procs[0])
+	}
+}
+
+// onlyOutput returns the n tool outputs codex handed back, failing unless
+// there are exactly n.
+func onlyOutput(t *testing.T, res codexResult, n int) []toolOutput {
+	t.Helper()
+	if len(res.Outputs) != n {
+		t.Fatalf("codex handed back %d tool outputs, want %d", len(res.Outputs), n)
+	}
+	return res.Outputs
+}
+
+// refused reports whether a tool output tells of a command that ran and
+// failed because the sandbox denied a write: a nonzero exit and the shell's
+// complaint (EROFS, EACCES or EPERM). A command the exec-server refused to
+// start does not count.
+func refused(o toolOutput) bool {
+	if !o.Exited || o.ExitCode == 0 {
+		return false
+	}
+	s := strings.ToLower(o.Output)
+	for _, w := range []string{"read-only file system", "permission denied", "operation not permitted"} {
+		if strings.Contains(s, w) {
+			return true
+		}
+	}
+	return false
+}
