@@ -8,7 +8,6 @@ import (
 	"math/rand/v2"
 	"os"
 	"sort"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -386,36 +385,9 @@ func (r *Remote) call(ctx context.Context, retryable bool, method string, params
 }
 
 // Start implements Environment.
-func (r *Remote) Start(ctx context.Context, params protocol.ExecParams) (_ *Process, err error) {
-	if params.ProcessID == "" {
-		params.ProcessID = "p" + strconv.FormatInt(r.nextID.Add(1), 10)
-	}
-	if tr := tracing.Tracer(r.opts.TracerProvider); tr != nil {
-		var span trace.Span
-		ctx, span = tr.Start(ctx, protocol.MethodProcessStart, trace.WithSpanKind(trace.SpanKindClient),
-			trace.WithAttributes(attribute.String("outpost.process_id", params.ProcessID)))
-		defer func() { endSpan(span, err) }()
-		params.TraceParent, params.TraceState = tracing.Inject(ctx)
-	}
-	if params.Env == nil {
-		params.Env = map[string]string{}
-	}
-	p := newProcess(r, params.ProcessID)
-	// Register first, so no early event is missed.
-	r.mu.Lock()
-	if r.procs[p.id] != nil {
-		r.mu.Unlock()
-		return nil, fmt.Errorf("process %s is already running in this session", p.id)
-	}
-	r.procs[p.id] = p
-	r.mu.Unlock()
-	var res protocol.StartResult
-	if err := r.call(ctx, false, protocol.MethodProcessStart, params, &res); err != nil {
-		r.forget(p)
-		return nil, err
-	}
-	p.pid = res.Pid
-	return p, nil
+func (r *Remote) Start(ctx context.Context, params protocol.ExecParams) (*Process, error) {
+	p, _, err := r.StartProcess(ctx, params)
+	return p, err
 }
 
 // urlScheme is the part of url before "://" (never the token or path).

@@ -39,6 +39,7 @@ Usage:
   outpost demo                       run a command through an in-process executor on loopback
   outpost exec [flags] -- CMD ARGS   run a command on an executor (or this machine) and exit with its status
   outpost cp [-r] SRC DST            copy files to or from an executor (EXECUTOR:PATH or :PATH), checked with sha256
+  outpost bridge [flags]             serve codex's exec-server protocol (ws://) for one executor, reached over Noise directly or through a relay
   outpost executor serve [flags]     serve processes (--listen tcp://HOST:PORT | unix:///path | ws://IP:PORT | stdio)
   outpost executor doctor            print what this machine's sandbox can enforce
   outpost executor join [flags]      join a relay (--relay URL --token T --id NAME) and serve its clients
@@ -82,6 +83,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return cmdExec(args[1:], stdout, stderr)
 	case "cp":
 		return cmdCp(args[1:], stdout, stderr)
+	case "bridge":
+		return cmdBridge(args[1:], stdout, stderr)
 	case "relay":
 		if len(args) < 2 || args[1] != "serve" {
 			fmt.Fprint(stderr, "usage: outpost relay serve [flags]\n")

@@ -1,0 +1,125 @@
+package client
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/outpost-exec/outpost/internal/tracing"
+	"github.com/outpost-exec/outpost/protocol"
+)
+
+// Call runs one request of the executor's method table with params and
+// decodes its result into result (nil discards it). It is for callers that
+// relay requests they did not make themselves, such as the codex bridge:
+// everything else should use Start, Process and Files.
+//
+// A request that is safe to repeat (see Idempotent) and is interrupted by
+// a dropped connection runs again once the session has resumed; any other
+// returns the transport error. An error of the executor's comes back as
+// *protocol.Error with its code and message.
+func (r *Remote) Call(ctx context.Context, method string, params, result any) error {
+	return r.call(ctx, Idempotent(method, params), method, params, result)
+}
+
+// StartProcess is Start that also returns the executor's start result:
+// the process id, its pid and the sandbox type the executor chose, for
+// callers that pass the result on (the codex bridge).
+func (r *Remote) StartProcess(ctx context.Context, params protocol.ExecParams) (_ *Process, _ protocol.StartResult, err error) {
+	if params.ProcessID == "" {
+		params.ProcessID = "p" + strconv.FormatInt(r.nextID.Add(1), 10)
+	}
+	if tr := tracing.Tracer(r.opts.TracerProvider); tr != nil {
+		var span trace.Span
+		ctx, span = tr.Start(ctx, protocol.MethodProcessStart, trace.WithSpanKind(trace.SpanKindClient),
+			trace.WithAttributes(attribute.String("outpost.process_id", params.ProcessID)))
+		defer func() { endSpan(span, err) }()
+		params.TraceParent, params.TraceState = tracing.Inject(ctx)
+	}
+	if params.Env == nil {
+		params.Env = map[string]string{}
+	}
+	p := newProcess(r, params.ProcessID)
+	// Register first, so no early event is missed.
+	r.mu.Lock()
+	if r.procs[p.id] != nil {
+		r.mu.Unlock()
+		return nil, protocol.StartResult{}, fmt.Errorf("process %s is already running in this session", p.id)
+	}
+	r.procs[p.id] = p
+	r.mu.Unlock()
+	var res protocol.StartResult
+	if err := r.call(ctx, false, protocol.MethodProcessStart, params, &res); err != nil {
+		r.forget(p)
+		return nil, protocol.StartResult{}, err
+	}
+	p.pid = res.Pid
+	if res.ProcessID == "" {
+		res.ProcessID = p.id
+	}
+	return p, res, nil
+}
+
+// Err reports why the Remote was given up — its session could not be
+// resumed within the recovery timeout, or Close was called — and nil while
+// it is connected or still resuming. Once non-nil it stays so.
+func (r *Remote) Err() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	switch {
+	case r.closed:
+		return ErrClosed
+	case r.cur == nil:
+		return r.lastErr // set only when recovery has given up for good
+	}
+	return nil
+}
+
+// Idempotent reports whether a request may run twice with the effect of
+// once, so that Call retries it after a reconnect: reads and lookups,
+// resizes, whole-file writes, block writes at an offset, process writes
+// that carry a writeId (the executor accepts an id once), removes that
+// ignore a missing path (force, the default), recursive directory
+// creation (the default) and discarding closes. Starts, signals,
+// terminates, copies, opens, creates and committing closes are not.
+func Idempotent(method string, params any) bool {
+	switch method {
+	case protocol.MethodProcessRead, protocol.MethodProcessResize, protocol.MethodEnvironmentInfo,
+		protocol.MethodFsReadFile, protocol.MethodFsWriteFile, protocol.MethodFsGetMetadata,
+		protocol.MethodFsCanonicalize, protocol.MethodFsReadDirectory, protocol.MethodFsReadBlock,
+		protocol.MethodFsWriteBlock, protocol.MethodFsHash:
+		return true
+	case protocol.MethodProcessWrite:
+		switch p := params.(type) {
+		case protocol.WriteParams:
+			return p.WriteID != nil
+		case *protocol.WriteParams:
+			return p != nil && p.WriteID != nil
+		}
+	case protocol.MethodFsRemove:
+		switch p := params.(type) {
+		case protocol.FsRemoveParams:
+			return p.Force == nil || *p.Force
+		case *protocol.FsRemoveParams:
+			return p != nil && (p.Force == nil || *p.Force)
+		}
+	case protocol.MethodFsCreateDirectory:
+		switch p := params.(type) {
+		case protocol.FsCreateDirectoryParams:
+			return p.Recursive == nil || *p.Recursive
+		case *protocol.FsCreateDirectoryParams:
+			return p != nil && (p.Recursive == nil || *p.Recursive)
+		}
+	case protocol.MethodFsClose:
+		switch p := params.(type) {
+		case protocol.FsCloseParams:
+			return p.Discard
+		case *protocol.FsCloseParams:
+			return p != nil && p.Discard
+		}
+	}
+	return false
+}

@@ -1,0 +1,165 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"net/netip"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/outpost-exec/outpost/bridge"
+	"github.com/outpost-exec/outpost/client"
+	"github.com/outpost-exec/outpost/transport"
+)
+
+const bridgeUsage = `usage: outpost bridge (--target tcp://HOST:PORT#<fp> | --relay outpost://HOST:PORT#<fp> --executor ID --token T) [--listen ws://127.0.0.1:0]
+
+Serves codex's exec-server protocol (JSON-RPC over WebSocket, as "outpost
+executor serve --listen ws://" does) and forwards every request to one
+executor over outpost's native transport: Noise IK end to end with the
+executor's key pinned, directly or through a relay, resumed across
+dropped connections and relay restarts. Point codex at the printed URL.
+A --listen address other than loopback needs OUTPOST_CONNECTION_TOKEN.
+`
+
+// cmdBridge runs `outpost bridge`.
+func cmdBridge(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("outpost bridge", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprint(stderr, bridgeUsage, "\nFlags:\n")
+		fs.PrintDefaults()
+	}
+	target := fs.String("target", "", "executor URL (tcp://HOST:PORT#<fingerprint> or unix:///path); default $OUTPOST_TARGET or the config file")
+	relayURL := fs.String("relay", os.Getenv("OUTPOST_RELAY"), "relay URL outpost://HOST:PORT#<fingerprint> (with --executor)")
+	executorID := fs.String("executor", "", "executor id at the relay")
+	token := fs.String("token", os.Getenv("OUTPOST_TOKEN"), "client token for the relay (default $OUTPOST_TOKEN)")
+	listen := fs.String("listen", "ws://127.0.0.1:0", "where codex connects: ws://IP:PORT (not loopback: needs OUTPOST_CONNECTION_TOKEN)")
+	detachedTTL := fs.Duration("detached-ttl", bridge.DefaultDetachedTTL, "how long a disconnected codex session (its upstream connection and processes) is kept for resumption")
+	maxSessions := fs.Int("max-sessions", bridge.DefaultMaxSessions, "codex sessions, attached or detached (the longest-detached makes room)")
+	maxConns := fs.Int("max-connections", bridge.DefaultMaxConnections, "codex WebSocket connections")
+	offlineGrace := fs.Duration("offline-grace", 0, "through a relay: how long to keep resuming while the executor is reported offline (default 5s)")
+	recovery := fs.Duration("reconnect-for", 0, "how long to keep trying to resume after the upstream connection drops (default 25s)")
+	var lf logFlags
+	lf.register(fs)
+	if err := fs.Parse(args); err != nil {
+		return exitUsage
+	}
+	usageErr := func(format string, a ...any) int {
+		fmt.Fprintf(stderr, "outpost bridge: "+format+"\n", a...)
+		return exitUsage
+	}
+	if fs.NArg() > 0 {
+		return usageErr("unexpected argument %q", fs.Arg(0))
+	}
+	relaySet := false
+	fs.Visit(func(f *flag.Flag) { relaySet = relaySet || f.Name == "relay" })
+
+	// The executor, as outpost exec finds it: --relay with --executor, or
+	// --target, $OUTPOST_TARGET, the config file.
+	url := *target
+	opts := client.Options{ClientName: "outpost-bridge", OfflineGrace: *offlineGrace, RecoveryTimeout: *recovery}
+	switch {
+	case relaySet && *executorID == "":
+		return usageErr("--relay needs --executor (the id of the executor to reach through it)")
+	case *executorID != "" && *relayURL == "":
+		return usageErr("--executor needs --relay (or $OUTPOST_RELAY)")
+	case *executorID != "" && *target != "":
+		return usageErr("give --target, or --relay with --executor, not both")
+	case *executorID != "":
+		if !transport.IsRelayURL(*relayURL) {
+			return usageErr("--relay %q: want outpost://HOST:PORT#<relay fingerprint>", *relayURL)
+		}
+		url = *relayURL
+		opts.Executor, opts.Token = *executorID, *token
+	default:
+		if url == "" {
+			url = os.Getenv("OUTPOST_TARGET")
+		}
+		if url == "" {
+			url = configTarget()
+		}
+		if url == "" {
+			return usageErr("no executor: give --target tcp://HOST:PORT#<fingerprint> (or $OUTPOST_TARGET), or --relay URL --executor ID")
+		}
+		if !strings.HasPrefix(url, "tcp://") && !strings.HasPrefix(url, "unix://") {
+			return usageErr("target %q: want tcp://HOST:PORT#<fingerprint> or unix:///path (the native transport); a relay is --relay with --executor", url)
+		}
+	}
+
+	rest, ok := strings.CutPrefix(*listen, "ws://")
+	ap, err := netip.ParseAddrPort(rest)
+	if !ok || err != nil {
+		return usageErr("invalid --listen URL `%s`; expected `ws://IP:PORT`", *listen)
+	}
+	connToken, err := connectionToken()
+	if err != nil {
+		return usageErr("%v", err)
+	}
+	if !ap.Addr().Unmap().IsLoopback() && connToken == "" {
+		return usageErr("refusing to listen on %s, which is not loopback, without OUTPOST_CONNECTION_TOKEN: anyone who reaches it could run commands on the executor", *listen)
+	}
+	log, err := lf.build(stderr)
+	if err != nil {
+		return usageErr("%v", err)
+	}
+	defer log.Sync()
+
+	dial := func(ctx context.Context, clientName string) (*client.Remote, error) {
+		o := opts
+		if clientName != "" {
+			o.ClientName += " for " + clientName
+		}
+		return client.Dial(ctx, url, o)
+	}
+	// Reach the executor once now, so a wrong URL, pin or token fails here
+	// rather than in codex.
+	pctx, cancel := context.WithTimeout(context.Background(), bridge.DefaultDialTimeout)
+	probe, err := dial(pctx, "")
+	if err == nil {
+		_, err = probe.Info(pctx)
+		probe.Close()
+	}
+	cancel()
+	if err != nil {
+		fmt.Fprintf(stderr, "outpost bridge: cannot reach the executor: %v\n", err)
+		return exitTransport
+	}
+
+	b, err := bridge.New(bridge.Config{Dial: dial, Token: connToken, Logger: log, DetachedTTL: *detachedTTL,
+		MaxSessions: *maxSessions, MaxConnections: *maxConns})
+	if err != nil {
+		return usageErr("%v", err)
+	}
+	l, err := b.Listen(ap.String())
+	if err != nil {
+		fmt.Fprintln(stderr, "outpost bridge: listen:", err)
+		return 1
+	}
+	fmt.Fprintln(stdout, l.URL())
+	if f, ok := stdout.(*os.File); ok {
+		f.Sync()
+	}
+	log.Info("bridge listening", zap.String("url", l.URL()), zap.String("executor", strings.SplitN(url, "#", 2)[0]),
+		zap.String("executor_id", opts.Executor), zap.Bool("token", connToken != ""))
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	<-ctx.Done()
+	log.Info("shutting down: terminating the sessions' processes")
+	l.Close()
+	done := make(chan struct{})
+	go func() { b.Close(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(15 * time.Second):
+		log.Warn("shutdown took too long; exiting")
+	}
+	return 0
+}
