@@ -18,6 +18,13 @@
 //   - sandbox_overhead: /bin/true under outpost's sandbox against the same
 //     engine unsandboxed, and bubblewrap with codex's profile against a
 //     plain fork/exec.
+//   - codex_turn: one whole turn of the real `codex exec` against a
+//     scripted model (internal/fakemodel: one exec_command `echo hi`, then
+//     a final message), from codex's start to its exit, p50 and p99, with
+//     the command (unsandboxed) on codex's own exec-server
+//     (codex-exec-server, the peer), on `outpost executor serve --listen
+//     ws://` (outpost-ws), and through `outpost bridge` → relay →
+//     `outpost executor join` (outpost-bridge-relay).
 //
 // Each row carries ratios to the limit and to the best peer. Missing peers
 // are installed first (codex with npm, openssh-server and bubblewrap with
@@ -26,8 +33,10 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -38,11 +47,13 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/outpost-exec/outpost/client"
 	"github.com/outpost-exec/outpost/executor"
 	"github.com/outpost-exec/outpost/identity"
+	"github.com/outpost-exec/outpost/internal/fakemodel"
 	"github.com/outpost-exec/outpost/internal/peers"
 	"github.com/outpost-exec/outpost/protocol"
 	"github.com/outpost-exec/outpost/sandbox"
@@ -55,6 +66,7 @@ var (
 	sshRuns        = flag.Int("ssh-runs", 60, "runs of a fresh ssh connection (each is a full handshake)")
 	throughputRuns = flag.Int("throughput-runs", 3, "256 MiB transfers per target (the best is reported)")
 	idle           = flag.Int("idle-executors", 1000, "executors joined to one relay for the memory figure")
+	codexTurnRuns  = flag.Int("codex-turn-runs", 10, "scripted `codex exec` turns per target (codex_turn)")
 	jsonOut        = flag.String("json", "", "also write the results as JSON to this file")
 	noInstall      = flag.Bool("no-install", false, "do not install missing peers")
 	only           = flag.String("only", "", "run only these metrics (comma-separated, e.g. sandbox_overhead)")
@@ -102,6 +114,7 @@ func run() error {
 	}{
 		{"start_to_exit", b.startToExit}, {"throughput", b.throughput}, {"concurrency", b.concurrency},
 		{"idle_executors", b.idleExecutors}, {"sandbox_overhead", b.sandboxOverhead}, {"copy", b.copyFile},
+		{"codex_turn", b.codexTurn},
 	} {
 		if *only != "" && !slices.Contains(strings.Split(*only, ","), m.name) {
 			continue
@@ -580,6 +593,89 @@ func (b *bench) copyFile() {
 		return
 	}
 	timeCopy("scp", func() *exec.Cmd { return b.ssh.scp(src, filepath.Join(dst, "scp.bin")) })
+}
+
+// codexTurn times whole `codex exec` turns: the scripted model asks for
+// `echo hi` and then ends the turn; each target is an exec-server for
+// CODEX_EXEC_SERVER_URL. codex's own is the peer the others are compared
+// with.
+func (b *bench) codexTurn() {
+	const metric = "codex_turn"
+	targets := []string{"codex-exec-server", "outpost-ws", "outpost-bridge-relay"}
+	codexBin, err := peers.CodexBinary()
+	if err == nil {
+		_, err = exec.LookPath(codexBin) // $OUTPOST_CODEX_BIN may name nothing
+	}
+	if err != nil {
+		for _, target := range targets {
+			b.skip(metric, target, "the codex CLI is needed to drive the turn: "+err.Error())
+		}
+		return
+	}
+	urls := map[string]string{"outpost-ws": b.urls["outpost-ws"]}
+	if why, ok := b.skipped["codex"]; ok {
+		b.skip(metric, "codex-exec-server", why)
+	} else {
+		urls["codex-exec-server"] = b.urls["codex"]
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	chain, err := peers.StartBridgeChain(ctx, b.bin, filepath.Join(b.dir, "codex-turn"), "codex-turn")
+	cancel()
+	if err != nil {
+		b.skip(metric, "outpost-bridge-relay", err.Error())
+	} else {
+		defer chain.Stop()
+		urls["outpost-bridge-relay"] = chain.URL
+	}
+	// One model for every turn: it answers by the conversation, so each
+	// run gets the same script.
+	model := fakemodel.Start([]fakemodel.Step{{Exec: &fakemodel.ExecCall{Cmd: "echo hi"}}, {Say: "done"}})
+	defer model.Close()
+	for _, target := range targets {
+		url, ok := urls[target]
+		if !ok {
+			continue // skipped above
+		}
+		ws := filepath.Join(b.dir, "codex-turn-ws-"+target)
+		if err := os.MkdirAll(ws, 0o755); err != nil {
+			b.skip(metric, target, err.Error())
+			continue
+		}
+		// A CODEX_HOME per target, kept across its runs (the warm-up run
+		// pays for whatever codex sets up there the first time).
+		env, err := fakemodel.CodexEnv(filepath.Join(b.dir, "codex-turn-home-"+target), model.BaseURL(), url)
+		if err != nil {
+			b.skip(metric, target, err.Error())
+			continue
+		}
+		argv := fakemodel.CodexExecArgs(ws, "--dangerously-bypass-approvals-and-sandbox")
+		b.timed(metric, target, *codexTurnRuns, func() error { return runCodexTurn(codexBin, argv, env, ws, model) })
+	}
+}
+
+// runCodexTurn runs one `codex exec` to its exit and checks that the model
+// was handed back echo's output and clean exit.
+func runCodexTurn(bin string, argv, env []string, dir string, model *fakemodel.Model) error {
+	before := len(model.Errors())
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, argv...)
+	cmd.Env, cmd.Dir = env, dir
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("codex exec: %v: %s", err, strings.TrimSpace(lastLines(out.Bytes(), 3)))
+	}
+	if errs := model.Errors(); len(errs) > before {
+		return fmt.Errorf("scripted model: %v", errors.Join(errs[before:]...))
+	}
+	outs := model.ToolOutputs()
+	if len(outs) != 1 || !outs[0].Exited || outs[0].ExitCode != 0 || strings.TrimSpace(outs[0].Output) != "hi" {
+		return fmt.Errorf("codex handed the model %v, not echo hi's output and clean exit", outs)
+	}
+	return nil
 }
 
 // rssKiB is a process's resident set.

@@ -11,8 +11,8 @@ import (
 // Result is one measured row. The JSON names are the interface other tools
 // read (see the package comment); absent figures are omitted.
 type Result struct {
-	Metric string   `json:"metric"` // start_to_exit | throughput | concurrency | idle_executors | sandbox_overhead | copy
-	Target string   `json:"target"` // local-limit | outpost-local | outpost-direct | outpost-ws | outpost-relay | codex | ssh | ssh-controlmaster | bwrap | ...
+	Metric string   `json:"metric"` // start_to_exit | throughput | concurrency | idle_executors | sandbox_overhead | copy | codex_turn
+	Target string   `json:"target"` // local-limit | outpost-local | outpost-direct | outpost-ws | outpost-relay | codex | ssh | ssh-controlmaster | bwrap | codex-exec-server | outpost-bridge-relay | ...
 	Runs   int      `json:"runs,omitempty"`
 	P50Ms  *float64 `json:"p50_ms,omitempty"`
 	P99Ms  *float64 `json:"p99_ms,omitempty"`
@@ -24,8 +24,8 @@ type Result struct {
 	// RSSPerExecutorKiB is the relay's resident memory per joined executor.
 	RSSPerExecutorKiB *float64 `json:"rss_per_executor_kib,omitempty"`
 	// VsLimit and VsBestPeer compare the headline figure (p50, MB/s or
-	// overhead) with the local limit and with the best peer (codex, ssh,
-	// bwrap): time / time, or rate / rate.
+	// overhead) with the local limit and with the best peer (codex or
+	// codex-exec-server, ssh, bwrap): time / time, or rate / rate.
 	VsLimit    *float64 `json:"vs_limit,omitempty"`
 	VsBestPeer *float64 `json:"vs_best_peer,omitempty"`
 	// Skipped says why a row has no figures.
@@ -41,9 +41,11 @@ type Report struct {
 
 func f64(v float64) *float64 { return &v }
 
-// isPeer reports whether a target is something users would use instead.
+// isPeer reports whether a target is something users would use instead:
+// codex's exec-server ("codex", and "codex-exec-server" in codex_turn,
+// where the other targets are exec-servers too), ssh, scp, bubblewrap.
 func isPeer(target string) bool {
-	return target == "codex" || strings.HasPrefix(target, "ssh") || target == "scp" || target == "bwrap"
+	return target == "codex" || target == "codex-exec-server" || strings.HasPrefix(target, "ssh") || target == "scp" || target == "bwrap"
 }
 
 // headline is the figure a row is compared by, and whether higher is better.

@@ -1,9 +1,10 @@
 package conformance
 
 // End to end with the real codex CLI: `codex exec` (0.145.0) talks to a
-// scripted model (fakemodel_test.go) and runs the model's shell commands on
-// an exec-server named by CODEX_EXEC_SERVER_URL — outpost's executor, or,
-// as the reference, codex's own `codex exec-server`.
+// scripted model (internal/fakemodel) and runs the model's shell commands
+// on an exec-server named by CODEX_EXEC_SERVER_URL — outpost's executor
+// (`executor serve --listen ws://`, or `outpost bridge` → relay →
+// `executor join`), or, as the reference, codex's own `codex exec-server`.
 //
 // Where a command ran is checked from outside: while a command is still
 // running (it waits for the test), the test finds its processes by a marker
@@ -28,6 +29,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/outpost-exec/outpost/internal/fakemodel"
 	"github.com/outpost-exec/outpost/internal/peers"
 )
 
@@ -39,53 +41,30 @@ type codexResult struct {
 	ExitCode       int
 	Stdout, Stderr string
 	// Requests is every request codex sent to the model, in order.
-	Requests []modelRequest
+	Requests []fakemodel.Request
 	// Outputs is every function_call_output codex handed back to the
 	// model (from its last request), in call order.
-	Outputs []toolOutput
+	Outputs []fakemodel.ToolOutput
 }
-
-// codexConfig is the config.toml of a throwaway CODEX_HOME: the scripted
-// model as a custom Responses-API provider (its key from an environment
-// variable), no approvals, and none of the features that reach the
-// network by themselves.
-const codexConfig = `model = "outpost-scripted"
-model_provider = "fake"
-approval_policy = "never"
-
-[model_providers.fake]
-name = "scripted model"
-base_url = %q
-wire_api = "responses"
-env_key = "OUTPOST_FAKE_MODEL_KEY"
-request_max_retries = 0
-stream_max_retries = 0
-
-[features]
-plugins = false
-apps = false
-remote_plugin = false
-`
 
 // runCodexExec runs `codex exec` in workspace with extra args (e.g. "-s",
 // "read-only"), the scripted model answering with script, and its commands
 // sent to the exec-server at execServerURL. It fails the test when codex
 // fails, times out, or the model saw something the script did not expect.
-func runCodexExec(t *testing.T, execServerURL, workspace string, args []string, script []step) codexResult {
+func runCodexExec(t *testing.T, execServerURL, workspace string, args []string, script []fakemodel.Step) codexResult {
 	t.Helper()
 	codexBin, err := peers.CodexBinary()
 	if err != nil {
 		t.Skipf("skipping the codex CLI test: %v", err)
 	}
-	model := startFakeModel(script)
-	defer model.close()
+	model := fakemodel.Start(script)
+	defer model.Close()
 
-	home := t.TempDir()
-	if err := os.WriteFile(filepath.Join(home, "config.toml"), fmt.Appendf(nil, codexConfig, model.baseURL()), 0o600); err != nil {
+	env, err := fakemodel.CodexEnv(t.TempDir(), model.BaseURL(), execServerURL)
+	if err != nil {
 		t.Fatal(err)
 	}
-	argv := append([]string{"exec", "--strict-config", "--skip-git-repo-check", "--ephemeral", "--color", "never", "-C", workspace}, args...)
-	argv = append(argv, "Follow the script.")
+	argv := fakemodel.CodexExecArgs(workspace, args...)
 
 	timeout := codexRunTimeout
 	if d, ok := t.Deadline(); ok && time.Until(d)-10*time.Second < timeout {
@@ -95,11 +74,7 @@ func runCodexExec(t *testing.T, execServerURL, workspace string, args []string, 
 	defer cancel()
 	cmd := exec.CommandContext(ctx, codexBin, argv...)
 	cmd.Dir = workspace
-	cmd.Env = append(codexEnv(),
-		"CODEX_HOME="+home,
-		"CODEX_EXEC_SERVER_URL="+execServerURL,
-		"OUTPOST_FAKE_MODEL_KEY=not-a-real-key",
-	)
+	cmd.Env = env
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
 	cmd.WaitDelay = 5 * time.Second
@@ -110,11 +85,8 @@ func runCodexExec(t *testing.T, execServerURL, workspace string, args []string, 
 		t.Fatalf("codex exec: %v", runErr)
 	}
 
-	reqs, errs := model.snapshot()
-	res := codexResult{ExitCode: cmd.ProcessState.ExitCode(), Stdout: stdout.String(), Stderr: stderr.String(), Requests: reqs}
-	if n := len(reqs); n > 0 && reqs[n-1].Body != nil {
-		res.Outputs = model.outputsIn(reqs[n-1].Body)
-	}
+	reqs, errs := model.Requests(), model.Errors()
+	res := codexResult{ExitCode: cmd.ProcessState.ExitCode(), Stdout: stdout.String(), Stderr: stderr.String(), Requests: reqs, Outputs: model.ToolOutputs()}
 	report := func() string {
 		var b strings.Builder
 		fmt.Fprintf(&b, "codex %s\nexit %d\nstdout:\n%s\nstderr:\n%s\nmodel saw %d requests; tool outputs:\n", strings.Join(argv, " "), res.ExitCode, res.Stdout, res.Stderr, len(reqs))
@@ -133,20 +105,6 @@ func runCodexExec(t *testing.T, execServerURL, workspace string, args []string, 
 	}
 	t.Logf("%s", report())
 	return res
-}
-
-// codexEnv is this process's environment without codex's or OpenAI's own
-// variables, so a developer's settings cannot leak into the run.
-func codexEnv() []string {
-	var env []string
-	for _, kv := range os.Environ() {
-		k, _, _ := strings.Cut(kv, "=")
-		if strings.HasPrefix(k, "CODEX_") || strings.HasPrefix(k, "OPENAI_") {
-			continue
-		}
-		env = append(env, kv)
-	}
-	return env
 }
 
 // markedProc is a running process whose command line carries a marker.
@@ -237,8 +195,8 @@ func randomTag() string {
 // commands (the one they must descend from).
 //
 // codexCLICases run against any execServer: another way to reach an
-// executor (say, an outpost bridge → relay → `executor join`) is one more
-// execServer, whose url is the bridge's and whose pid is the joined
+// executor is one more execServer — through `outpost bridge` → relay →
+// `executor join`, the url is the bridge's and the pid the joined
 // executor's.
 type execServer struct {
 	name string
@@ -246,8 +204,10 @@ type execServer struct {
 	pid  int
 }
 
-// TestCodexCLI runs `codex exec` against outpost's executor and, as the
-// reference, against codex's own exec-server.
+// TestCodexCLI runs `codex exec` against outpost's executor — served on
+// ws:// directly, and reached through `outpost bridge` and a relay — and,
+// as the reference, against codex's own exec-server. Every part is a
+// separate process built from this checkout.
 func TestCodexCLI(t *testing.T) {
 	codexBin, err := peers.CodexBinary()
 	if err != nil {
@@ -269,10 +229,17 @@ func TestCodexCLI(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(ours.Stop)
+	// The bridge's commands run under the joined executor, not the bridge.
+	chain, err := peers.StartBridgeChain(ctx, bin, t.TempDir(), "codex-e2e")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(chain.Stop)
 
 	for _, srv := range []execServer{
 		{"codex", theirs.URL, theirs.Pid()},
 		{"outpost", ours.URL, ours.Pid()},
+		{"outpost-bridge-relay", chain.URL, chain.Executor.Pid()},
 	} {
 		t.Run(srv.name, func(t *testing.T) {
 			for _, c := range codexCLICases {
@@ -301,8 +268,8 @@ const parentChain = `p=$$; while [ "${p:-0}" -gt 0 ]; do echo "chain $p $(cat /p
 
 func codexUnsandboxed(t *testing.T, srv execServer) {
 	ws := t.TempDir()
-	res := runCodexExec(t, srv.url, ws, []string{"--dangerously-bypass-approvals-and-sandbox"}, []step{
-		{Exec: &execCall{Cmd: "echo hello-from-outpost; cat /proc/self/status | grep PPid; " + parentChain}},
+	res := runCodexExec(t, srv.url, ws, []string{"--dangerously-bypass-approvals-and-sandbox"}, []fakemodel.Step{
+		{Exec: &fakemodel.ExecCall{Cmd: "echo hello-from-outpost; cat /proc/self/status | grep PPid; " + parentChain}},
 	})
 	out := onlyOutput(t, res, 1)[0]
 	if !out.Exited || out.ExitCode != 0 {
@@ -323,9 +290,9 @@ func codexReadOnly(t *testing.T, srv execServer) {
 	if err := os.WriteFile(filepath.Join(ws, "existing.txt"), []byte("existing-content\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	res := runCodexExec(t, srv.url, ws, []string{"-s", "read-only"}, []step{
-		{Exec: &execCall{Cmd: "cat existing.txt"}},
-		{Exec: &execCall{Cmd: "echo x > inside.txt"}},
+	res := runCodexExec(t, srv.url, ws, []string{"-s", "read-only"}, []fakemodel.Step{
+		{Exec: &fakemodel.ExecCall{Cmd: "cat existing.txt"}},
+		{Exec: &fakemodel.ExecCall{Cmd: "echo x > inside.txt"}},
 	})
 	outs := onlyOutput(t, res, 2)
 	if read := outs[0]; !read.Exited || read.ExitCode != 0 || !strings.Contains(read.Output, "existing-content") {
@@ -359,10 +326,10 @@ func codexWorkspaceWrite(t *testing.T, srv execServer) {
 	t.Cleanup(func() { os.RemoveAll(dir) })
 	outside := filepath.Join(dir, "outside.txt")
 
-	res := runCodexExec(t, srv.url, ws, []string{"-s", "workspace-write"}, []step{
-		{Exec: &execCall{Cmd: "echo in > inside.txt && cat inside.txt"}},
-		{Exec: &execCall{Cmd: "echo out > " + outside}},
-		{Exec: &execCall{Cmd: "echo hook > .git/outpost-probe"}},
+	res := runCodexExec(t, srv.url, ws, []string{"-s", "workspace-write"}, []fakemodel.Step{
+		{Exec: &fakemodel.ExecCall{Cmd: "echo in > inside.txt && cat inside.txt"}},
+		{Exec: &fakemodel.ExecCall{Cmd: "echo out > " + outside}},
+		{Exec: &fakemodel.ExecCall{Cmd: "echo hook > .git/outpost-probe"}},
 	})
 	outs := onlyOutput(t, res, 3)
 	if in := outs[0]; !in.Exited || in.ExitCode != 0 || !strings.Contains(in.Output, "in\n") {
@@ -389,10 +356,10 @@ func codexPoll(t *testing.T, srv execServer) {
 	ws := t.TempDir()
 	marker := "poll-" + randomTag()
 	gate := filepath.Join(ws, "gate")
-	res := runCodexExec(t, srv.url, ws, []string{"--dangerously-bypass-approvals-and-sandbox"}, []step{
-		{Exec: &execCall{Cmd: "echo started-" + marker + "; until [ -e gate ]; do sleep 0.05; done; echo done-" + marker, YieldMs: 250}},
+	res := runCodexExec(t, srv.url, ws, []string{"--dangerously-bypass-approvals-and-sandbox"}, []fakemodel.Step{
+		{Exec: &fakemodel.ExecCall{Cmd: "echo started-" + marker + "; until [ -e gate ]; do sleep 0.05; done; echo done-" + marker, YieldMs: 250}},
 		{
-			Before: func(prev *toolOutput) error {
+			Before: func(prev *fakemodel.ToolOutput) error {
 				defer os.WriteFile(gate, nil, 0o644)
 				if prev == nil || prev.SessionID == 0 {
 					return fmt.Errorf("the command is not reported running: %s", prev)
@@ -400,7 +367,7 @@ func codexPoll(t *testing.T, srv execServer) {
 				_, err := underServer(srv.pid, marker)
 				return err
 			},
-			Stdin: &stdinCall{Chars: "", YieldMs: 10000},
+			Stdin: &fakemodel.StdinCall{Chars: "", YieldMs: 10000},
 		},
 	})
 	outs := onlyOutput(t, res, 2)
@@ -416,17 +383,17 @@ func codexPoll(t *testing.T, srv execServer) {
 func codexTTYStdin(t *testing.T, srv execServer) {
 	ws := t.TempDir()
 	marker := "tty-" + randomTag()
-	res := runCodexExec(t, srv.url, ws, []string{"--dangerously-bypass-approvals-and-sandbox"}, []step{
-		{Exec: &execCall{Cmd: "[ -t 0 ] && echo is-a-tty; read x; echo got-$x # " + marker, TTY: true, YieldMs: 250}},
+	res := runCodexExec(t, srv.url, ws, []string{"--dangerously-bypass-approvals-and-sandbox"}, []fakemodel.Step{
+		{Exec: &fakemodel.ExecCall{Cmd: "[ -t 0 ] && echo is-a-tty; read x; echo got-$x # " + marker, TTY: true, YieldMs: 250}},
 		{
-			Before: func(prev *toolOutput) error {
+			Before: func(prev *fakemodel.ToolOutput) error {
 				if prev == nil || prev.SessionID == 0 {
 					return fmt.Errorf("the command is not reported running: %s", prev)
 				}
 				_, err := underServer(srv.pid, marker)
 				return err
 			},
-			Stdin: &stdinCall{Chars: "abc\n", YieldMs: 10000},
+			Stdin: &fakemodel.StdinCall{Chars: "abc\n", YieldMs: 10000},
 		},
 	})
 	outs := onlyOutput(t, res, 2)
@@ -446,10 +413,10 @@ func codexSandboxedTree(t *testing.T, srv execServer) {
 	ws := t.TempDir()
 	marker := "tree-" + randomTag()
 	var procs []markedProc
-	res := runCodexExec(t, srv.url, ws, []string{"-s", "read-only"}, []step{
-		{Exec: &execCall{Cmd: "read x; echo got-$x # " + marker, TTY: true, YieldMs: 250}},
+	res := runCodexExec(t, srv.url, ws, []string{"-s", "read-only"}, []fakemodel.Step{
+		{Exec: &fakemodel.ExecCall{Cmd: "read x; echo got-$x # " + marker, TTY: true, YieldMs: 250}},
 		{
-			Before: func(prev *toolOutput) error {
+			Before: func(prev *fakemodel.ToolOutput) error {
 				if prev == nil || prev.SessionID == 0 {
 					return fmt.Errorf("the command is not reported running: %s", prev)
 				}
@@ -457,7 +424,7 @@ func codexSandboxedTree(t *testing.T, srv execServer) {
 				procs, err = underServer(srv.pid, marker)
 				return err
 			},
-			Stdin: &stdinCall{Chars: "go\n", YieldMs: 10000},
+			Stdin: &fakemodel.StdinCall{Chars: "go\n", YieldMs: 10000},
 		},
 	})
 	for _, p := range procs {
@@ -477,7 +444,7 @@ func codexSandboxedTree(t *testing.T, srv execServer) {
 
 // onlyOutput returns the n tool outputs codex handed back, failing unless
 // there are exactly n.
-func onlyOutput(t *testing.T, res codexResult, n int) []toolOutput {
+func onlyOutput(t *testing.T, res codexResult, n int) []fakemodel.ToolOutput {
 	t.Helper()
 	if len(res.Outputs) != n {
 		t.Fatalf("codex handed back %d tool outputs, want %d", len(res.Outputs), n)
@@ -489,7 +456,7 @@ func onlyOutput(t *testing.T, res codexResult, n int) []toolOutput {
 // failed because the sandbox denied a write: a nonzero exit and the shell's
 // complaint (EROFS, EACCES or EPERM). A command the exec-server refused to
 // start does not count.
-func refused(o toolOutput) bool {
+func refused(o fakemodel.ToolOutput) bool {
 	if !o.Exited || o.ExitCode == 0 {
 		return false
 	}

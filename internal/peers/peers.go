@@ -150,6 +150,78 @@ func Token(bin, stateDir string, args ...string) (string, error) {
 	return strings.TrimSpace(string(out)), nil
 }
 
+// BridgeChain is codex's way to an executor behind a relay, each part a
+// separate process: `outpost bridge` (codex's ws protocol, on loopback) →
+// `outpost relay serve` → `outpost executor join`. Commands run under
+// Executor; URL (the bridge's) is for CODEX_EXEC_SERVER_URL.
+type BridgeChain struct {
+	URL                     string
+	Relay, Executor, Bridge *Server
+}
+
+// StartBridgeChain starts a relay (state in dir/relay), creates a join and
+// a client token, joins an executor with id to it (state in dir/executor),
+// waits until it has joined, and starts `outpost bridge` to it through the
+// relay. Every process gets XDG_CONFIG_HOME and XDG_STATE_HOME below dir,
+// so none of them reads or writes the user's own outpost files.
+func StartBridgeChain(ctx context.Context, bin, dir, id string) (_ *BridgeChain, err error) {
+	env := []string{"XDG_CONFIG_HOME=" + filepath.Join(dir, "config"), "XDG_STATE_HOME=" + filepath.Join(dir, "state")}
+	c := &BridgeChain{}
+	defer func() {
+		if err != nil {
+			c.Stop()
+		}
+	}()
+	relayState := filepath.Join(dir, "relay")
+	if c.Relay, err = Start(ctx, env, bin, "relay", "serve", "--listen", "tcp://127.0.0.1:0", "--state-dir", relayState, "--log-level", "warn"); err != nil {
+		return nil, fmt.Errorf("relay: %w", err)
+	}
+	token := func(args ...string) (string, error) {
+		cmd := exec.CommandContext(ctx, bin, append([]string{"token", "create", "--state-dir", relayState}, args...)...)
+		cmd.Env = append(os.Environ(), env...)
+		out, err := cmd.Output()
+		if err != nil {
+			return "", fmt.Errorf("outpost token create %s: %w", strings.Join(args, " "), err)
+		}
+		return strings.TrimSpace(string(out)), nil
+	}
+	joinTok, err := token("--join", "--uses", "1")
+	if err != nil {
+		return nil, err
+	}
+	clientTok, err := token("--client", "--executors", id)
+	if err != nil {
+		return nil, err
+	}
+	// At info level: "joined the relay" says when the bridge can reach it.
+	if c.Executor, err = Start(ctx, env, bin, "executor", "join", "--relay", c.Relay.URL, "--token", joinTok, "--id", id,
+		"--state-dir", filepath.Join(dir, "executor"), "--log-level", "info"); err != nil {
+		return nil, fmt.Errorf("executor join: %w", err)
+	}
+	for !strings.Contains(c.Executor.Stderr(), "joined the relay") {
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("executor %s did not join the relay: %w; stderr: %s", id, ctx.Err(), c.Executor.Stderr())
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	if c.Bridge, err = Start(ctx, env, bin, "bridge", "--relay", c.Relay.URL, "--executor", id, "--token", clientTok,
+		"--listen", "ws://127.0.0.1:0", "--log-level", "warn"); err != nil {
+		return nil, fmt.Errorf("bridge: %w", err)
+	}
+	c.URL = c.Bridge.URL
+	return c, nil
+}
+
+// Stop stops the bridge, the executor and the relay, in that order.
+func (c *BridgeChain) Stop() {
+	for _, s := range []*Server{c.Bridge, c.Executor, c.Relay} {
+		if s != nil {
+			s.Stop()
+		}
+	}
+}
+
 // StartCodex starts "codex exec-server" on a loopback port.
 func StartCodex(ctx context.Context, bin string, env ...string) (*Server, error) {
 	return Start(ctx, env, bin, "exec-server", "--listen", "ws://127.0.0.1:0")

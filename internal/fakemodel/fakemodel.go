@@ -1,7 +1,7 @@
-package conformance
-
-// A scripted model for end-to-end runs of the real `codex exec`: a small
-// HTTP server speaking the OpenAI Responses API as codex 0.145.0 uses it.
+// Package fakemodel is a scripted model for end-to-end runs of the real
+// `codex exec`: a small HTTP server speaking the OpenAI Responses API as
+// codex 0.145.0 uses it, and the throwaway CODEX_HOME that points codex at
+// it. The conformance tests and the benchmark harness share it.
 //
 // codex POSTs {base_url}/responses with "stream": true and the whole
 // conversation in "input"; it reads server-sent events and needs, per
@@ -22,36 +22,45 @@ package conformance
 //
 // Older codex releases offered shell_command {command: string} or shell
 // {command: [argv]}; the model picks whichever the request lists.
+//
+// The model keeps no state per conversation: it answers a request with the
+// step numbered by how many tool outputs the request carries, so one Model
+// can serve several `codex exec` runs of the same script one after another
+// (a retried request is answered the same way, too).
+package fakemodel
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
 	"sync"
 )
 
-// step is one answer of the scripted model: a shell command, a write to
+// Step is one answer of the scripted model: a shell command, a write to
 // (or poll of) a running command's stdin, or a final message.
-type step struct {
-	Exec  *execCall
-	Stdin *stdinCall
+type Step struct {
+	Exec  *ExecCall
+	Stdin *StdinCall
 	Say   string
 
 	// Before, when set, runs when the request this step answers arrives
 	// and before the answer is sent, with the output codex handed back for
 	// the previous step (nil for the first step). A command left running
 	// (exec with a short yield) is still alive then, so this is where a
-	// test looks at its process. A returned error fails the run.
-	Before func(prev *toolOutput) error
+	// test looks at its process. A returned error is recorded (Errors).
+	Before func(prev *ToolOutput) error
 }
 
-// execCall asks codex to run a command with its shell tool.
-type execCall struct {
+// ExecCall asks codex to run a command with its shell tool.
+type ExecCall struct {
 	Cmd     string
 	Workdir string         // "" is the turn's cwd
 	TTY     bool           // a PTY instead of pipes
@@ -59,9 +68,9 @@ type execCall struct {
 	Extra   map[string]any // more exec_command arguments, verbatim
 }
 
-// stdinCall asks codex to write chars to a running command's stdin ("" only
-// polls for output).
-type stdinCall struct {
+// StdinCall asks codex to write chars to a running command's stdin (""
+// only polls for output).
+type StdinCall struct {
 	Chars   string
 	YieldMs int // 0 leaves codex's default
 	// SessionID names the command; 0 is the one the previous output
@@ -69,16 +78,16 @@ type stdinCall struct {
 	SessionID int
 }
 
-// modelRequest is one request codex sent to the model.
-type modelRequest struct {
+// Request is one request codex sent to the model.
+type Request struct {
 	Path string
-	Body map[string]any
+	Body map[string]any // nil when the body is not JSON
 	Raw  []byte
 }
 
-// toolOutput is a function_call_output codex handed back to the model,
+// ToolOutput is a function_call_output codex handed back to the model,
 // with the fields of codex's unified-exec text parsed out.
-type toolOutput struct {
+type ToolOutput struct {
 	CallID string
 	Tool   string // the tool the model called
 	Args   string // the arguments it called it with (JSON)
@@ -90,7 +99,7 @@ type toolOutput struct {
 	Output    string // what follows "Output:\n" (the command's output)
 }
 
-func (o *toolOutput) String() string {
+func (o *ToolOutput) String() string {
 	if o == nil {
 		return "<none>"
 	}
@@ -102,8 +111,9 @@ var (
 	runningRE = regexp.MustCompile(`(?m)^Process running with session ID (\d+)`)
 )
 
-func parseToolOutput(text string) toolOutput {
-	o := toolOutput{Text: text}
+// ParseToolOutput parses codex's unified-exec tool output text.
+func ParseToolOutput(text string) ToolOutput {
+	o := ToolOutput{Text: text}
 	if m := exitedRE.FindStringSubmatch(text); m != nil {
 		o.Exited = true
 		o.ExitCode, _ = strconv.Atoi(m[1])
@@ -119,42 +129,73 @@ func parseToolOutput(text string) toolOutput {
 	return o
 }
 
-// fakeModel is the scripted model server.
-type fakeModel struct {
+// Model is the scripted model server.
+type Model struct {
 	srv    *httptest.Server
-	script []step
+	script []Step
 
 	mu       sync.Mutex
-	requests []modelRequest
+	requests []Request
 	errs     []error
-	calls    map[string]toolOutput // call_id -> tool and arguments of a call we made
+	calls    map[string]ToolOutput // call_id -> tool and arguments of a call we made
 }
 
-// startFakeModel serves script; a final message is appended when the script
-// does not end with one. Close it with close().
-func startFakeModel(script []step) *fakeModel {
+// Start serves script on a loopback port; a final message is appended when
+// the script does not end with one. Close it with Close.
+func Start(script []Step) *Model {
+	script = append([]Step(nil), script...)
 	if n := len(script); n == 0 || script[n-1].Say == "" {
-		script = append(script, step{Say: "done"})
+		script = append(script, Step{Say: "done"})
 	}
-	m := &fakeModel{script: script, calls: map[string]toolOutput{}}
+	m := &Model{script: script, calls: map[string]ToolOutput{}}
 	m.srv = httptest.NewServer(http.HandlerFunc(m.serve))
 	return m
 }
 
-// baseURL is the provider base_url for codex's config.
-func (m *fakeModel) baseURL() string { return m.srv.URL + "/v1" }
+// BaseURL is the provider base_url for codex's config.
+func (m *Model) BaseURL() string { return m.srv.URL + "/v1" }
 
-func (m *fakeModel) close() { m.srv.Close() }
+// Close stops the server.
+func (m *Model) Close() { m.srv.Close() }
 
-func (m *fakeModel) fail(format string, args ...any) {
+// Requests returns every request codex sent so far, in order.
+func (m *Model) Requests() []Request {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return append([]Request(nil), m.requests...)
+}
+
+// Errors returns what went against the script so far: unexpected requests,
+// steps codex could not be asked for, errors from Before.
+func (m *Model) Errors() []error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return append([]error(nil), m.errs...)
+}
+
+// Err is Errors joined (nil when there are none).
+func (m *Model) Err() error { return errors.Join(m.Errors()...) }
+
+// ToolOutputs returns the function_call_output items of the last request
+// codex sent — all the tool outputs of the latest conversation, in call
+// order — or nil before the first request.
+func (m *Model) ToolOutputs() []ToolOutput {
+	reqs := m.Requests()
+	if len(reqs) == 0 || reqs[len(reqs)-1].Body == nil {
+		return nil
+	}
+	return m.OutputsIn(reqs[len(reqs)-1].Body)
+}
+
+func (m *Model) fail(format string, args ...any) {
 	m.mu.Lock()
 	m.errs = append(m.errs, fmt.Errorf(format, args...))
 	m.mu.Unlock()
 }
 
-func (m *fakeModel) serve(w http.ResponseWriter, r *http.Request) {
+func (m *Model) serve(w http.ResponseWriter, r *http.Request) {
 	raw, _ := io.ReadAll(r.Body)
-	req := modelRequest{Path: r.URL.Path, Raw: raw}
+	req := Request{Path: r.URL.Path, Raw: raw}
 	json.Unmarshal(raw, &req.Body)
 	m.mu.Lock()
 	m.requests = append(m.requests, req)
@@ -175,15 +216,15 @@ func (m *fakeModel) serve(w http.ResponseWriter, r *http.Request) {
 
 	// Which step: one per tool output codex has sent so far. Counting
 	// (rather than numbering requests) answers a retried request the same.
-	outs := m.outputsIn(req.Body)
+	outs := m.OutputsIn(req.Body)
 	n := len(outs)
-	var prev *toolOutput
+	var prev *ToolOutput
 	if n > 0 {
 		prev = &outs[n-1]
 	}
 	if n >= len(m.script) {
 		m.fail("codex asked the model %d times; the script has %d steps (last output %s)", n+1, len(m.script), prev)
-		m.answer(w, n, map[string]any{"type": "message", "role": "assistant", "content": []any{map[string]any{"type": "output_text", "text": "script exhausted"}}})
+		m.answer(w, n, message("script exhausted"))
 		return
 	}
 	st := m.script[n]
@@ -231,17 +272,17 @@ func message(text string) map[string]any {
 }
 
 // call makes a function_call item and remembers it, to label its output.
-func (m *fakeModel) call(n int, name string, args map[string]any) map[string]any {
+func (m *Model) call(n int, name string, args map[string]any) map[string]any {
 	b, _ := json.Marshal(args)
 	id := fmt.Sprintf("call_%d", n)
 	m.mu.Lock()
-	m.calls[id] = toolOutput{Tool: name, Args: string(b)}
+	m.calls[id] = ToolOutput{Tool: name, Args: string(b)}
 	m.mu.Unlock()
 	return map[string]any{"type": "function_call", "call_id": id, "name": name, "arguments": string(b)}
 }
 
 // answer streams item as the whole response, as server-sent events.
-func (m *fakeModel) answer(w http.ResponseWriter, n int, item map[string]any) {
+func (m *Model) answer(w http.ResponseWriter, n int, item map[string]any) {
 	respID := fmt.Sprintf("resp_%d", n)
 	item["id"] = fmt.Sprintf("item_%d", n)
 	w.Header().Set("Content-Type", "text/event-stream")
@@ -266,17 +307,17 @@ func (m *fakeModel) answer(w http.ResponseWriter, n int, item map[string]any) {
 	}
 }
 
-// outputsIn returns the function_call_output items of a request's input,
+// OutputsIn returns the function_call_output items of a request's input,
 // in order, labelled with the call they answer.
-func (m *fakeModel) outputsIn(body map[string]any) []toolOutput {
+func (m *Model) OutputsIn(body map[string]any) []ToolOutput {
 	input, _ := body["input"].([]any)
-	var outs []toolOutput
+	var outs []ToolOutput
 	for _, it := range input {
 		obj, _ := it.(map[string]any)
 		if obj["type"] != "function_call_output" {
 			continue
 		}
-		o := parseToolOutput(outputText(obj["output"]))
+		o := ParseToolOutput(outputText(obj["output"]))
 		o.CallID, _ = obj["call_id"].(string)
 		m.mu.Lock()
 		c := m.calls[o.CallID]
@@ -327,7 +368,7 @@ func toolNames(body map[string]any) map[string]bool {
 }
 
 // execArgs picks the shell tool codex offers and builds its arguments.
-func execArgs(tools map[string]bool, e *execCall) (string, map[string]any, error) {
+func execArgs(tools map[string]bool, e *ExecCall) (string, map[string]any, error) {
 	var name string
 	args := map[string]any{}
 	switch {
@@ -358,9 +399,66 @@ func execArgs(tools map[string]bool, e *execCall) (string, map[string]any, error
 	return name, args, nil
 }
 
-// snapshot returns what the model saw so far.
-func (m *fakeModel) snapshot() ([]modelRequest, []error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return append([]modelRequest(nil), m.requests...), append([]error(nil), m.errs...)
+// KeyEnv is the environment variable codex reads the scripted provider's
+// (made-up) API key from.
+const KeyEnv = "OUTPOST_FAKE_MODEL_KEY"
+
+// CodexConfig is the config.toml of a throwaway CODEX_HOME: the model at
+// baseURL as a custom Responses-API provider (its key from KeyEnv), no
+// approvals, no retries, and none of the features that reach the network
+// by themselves.
+func CodexConfig(baseURL string) string {
+	return fmt.Sprintf(`model = "outpost-scripted"
+model_provider = "fake"
+approval_policy = "never"
+
+[model_providers.fake]
+name = "scripted model"
+base_url = %q
+wire_api = "responses"
+env_key = %q
+request_max_retries = 0
+stream_max_retries = 0
+
+[features]
+plugins = false
+apps = false
+remote_plugin = false
+`, baseURL, KeyEnv)
+}
+
+// CodexEnv makes home a throwaway CODEX_HOME for the model at modelURL
+// (writing home/config.toml) and returns the environment for `codex exec`:
+// this process's, without codex's or OpenAI's own variables (so a
+// developer's settings cannot leak into the run), with CODEX_HOME, the
+// model's key and, unless execServerURL is "", CODEX_EXEC_SERVER_URL.
+func CodexEnv(home, modelURL, execServerURL string) ([]string, error) {
+	if err := os.MkdirAll(home, 0o700); err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(filepath.Join(home, "config.toml"), []byte(CodexConfig(modelURL)), 0o600); err != nil {
+		return nil, err
+	}
+	var env []string
+	for _, kv := range os.Environ() {
+		k, _, _ := strings.Cut(kv, "=")
+		if strings.HasPrefix(k, "CODEX_") || strings.HasPrefix(k, "OPENAI_") {
+			continue
+		}
+		env = append(env, kv)
+	}
+	env = append(env, "CODEX_HOME="+home, KeyEnv+"=not-a-real-key")
+	if execServerURL != "" {
+		env = append(env, "CODEX_EXEC_SERVER_URL="+execServerURL)
+	}
+	return env, nil
+}
+
+// CodexExecArgs is the argv (after the codex binary) of one scripted
+// `codex exec` turn in workspace: the config checked strictly, no git
+// repository needed, nothing persisted, no colour, then extra (say "-s",
+// "read-only") and the prompt.
+func CodexExecArgs(workspace string, extra ...string) []string {
+	argv := append([]string{"exec", "--strict-config", "--skip-git-repo-check", "--ephemeral", "--color", "never", "-C", workspace}, extra...)
+	return append(argv, "Follow the script.")
 }
