@@ -8,7 +8,6 @@ import (
 	"os"
 	"path"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -85,7 +84,8 @@ func (r *Remote) Copy(ctx context.Context, src, dst string, recursive bool) erro
 	return r.Files(nil).Copy(ctx, src, dst, recursive)
 }
 
-// FileError is a failed file operation. It unwraps to fs.ErrNotExist or
+// FileError is a failed file operation. It unwraps to the executor's
+// *protocol.Error and, by the error's kind, to fs.ErrNotExist or
 // fs.ErrPermission where those apply, so errors.Is works as with os.
 type FileError struct {
 	Op, Path string
@@ -94,14 +94,19 @@ type FileError struct {
 
 func (e *FileError) Error() string { return e.Err.Message }
 
-func (e *FileError) Unwrap() error {
-	switch {
-	case e.Err.Code == protocol.CodeNotFound:
-		return fs.ErrNotExist
-	case strings.Contains(e.Err.Message, "access denied"):
-		return fs.ErrPermission
+func (e *FileError) Unwrap() []error {
+	switch e.Err.Kind() {
+	case protocol.KindNotFound:
+		return []error{fs.ErrNotExist, e.Err}
+	case protocol.KindPermission:
+		return []error{fs.ErrPermission, e.Err}
+	case "":
+		// A peer that sends no kinds (codex): its not-found code.
+		if e.Err.Code == protocol.CodeNotFound {
+			return []error{fs.ErrNotExist, e.Err}
+		}
 	}
-	return e.Err
+	return []error{e.Err}
 }
 
 func (f *Files) call(ctx context.Context, retryable bool, method, name string, params, result any) error {

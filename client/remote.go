@@ -5,9 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"math/rand/v2"
 	"os"
-	"sort"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -17,6 +15,7 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/outpost-exec/outpost/internal/backoff"
 	"github.com/outpost-exec/outpost/internal/tracing"
 	"github.com/outpost-exec/outpost/protocol"
 	"github.com/outpost-exec/outpost/transport"
@@ -71,9 +70,15 @@ type Remote struct {
 	dial dialFunc
 	opts Options
 
+	// life ends with Close: recovery, catch-up reads and their dials run
+	// under it, so Close stops them.
+	life    context.Context
+	endLife context.CancelFunc
+
 	mu        sync.Mutex
 	cur       *conn
-	ready     chan struct{} // closed while cur is usable
+	ready     chan struct{} // closed while cur is usable, and once the Remote is closed or given up
+	readyOpen bool          // ready is not closed yet
 	sessionID string
 	procs     map[string]*Process
 	closed    bool
@@ -83,9 +88,11 @@ type Remote struct {
 }
 
 func newRemote(ctx context.Context, url string, dial dialFunc, opts Options) (*Remote, error) {
-	r := &Remote{url: url, dial: dial, opts: opts, procs: map[string]*Process{}, ready: make(chan struct{})}
+	r := &Remote{url: url, dial: dial, opts: opts, procs: map[string]*Process{}, ready: make(chan struct{}), readyOpen: true}
+	r.life, r.endLife = context.WithCancel(context.Background())
 	c, sid, err := r.connect(ctx, "")
 	if err != nil {
+		r.endLife()
 		return nil, err
 	}
 	r.sessionID = sid
@@ -122,12 +129,28 @@ func (r *Remote) connect(ctx context.Context, sid string) (_ *conn, _ string, er
 	return c, res.SessionID, nil
 }
 
-func (r *Remote) install(c *conn) {
+// install makes c the current connection and watches it. A closed Remote
+// refuses: c is closed and install reports false.
+func (r *Remote) install(c *conn) bool {
 	r.mu.Lock()
+	if r.closed {
+		r.mu.Unlock()
+		c.close()
+		return false
+	}
 	r.cur = c
-	close(r.ready)
+	r.wakeLocked()
 	r.mu.Unlock()
 	go r.watch(c)
+	return true
+}
+
+// wakeLocked closes ready, releasing callers waiting for a connection.
+func (r *Remote) wakeLocked() {
+	if r.readyOpen {
+		close(r.ready)
+		r.readyOpen = false
+	}
 }
 
 // watch waits for c to fail and recovers.
@@ -139,7 +162,7 @@ func (r *Remote) watch(c *conn) {
 		return
 	}
 	r.cur = nil
-	r.ready = make(chan struct{})
+	r.ready, r.readyOpen = make(chan struct{}), true
 	r.mu.Unlock()
 	if r.opts.NoResume {
 		r.failAll(fmt.Errorf("%w: %v", errTransport, c.rpc.Err()))
@@ -149,39 +172,52 @@ func (r *Remote) watch(c *conn) {
 }
 
 // recover reconnects and resumes the session, then catches every live
-// process up from its last delivered event.
+// process up from its last delivered event. It runs under the Remote's
+// life: Close ends it, whether it is dialling, resuming or waiting.
+//
+// What the executor (or relay) answers decides, by its error kind:
+// unknown_session — the session is gone, and so are its processes;
+// refused — these credentials will not do; anything else (unavailable,
+// exhausted, a dropped dial) is tried again with backoff until the
+// recovery timeout, except that an executor the relay reports offline
+// fails its processes after the offline grace. A peer that sends no kinds
+// is judged by its codes, as before kinds: -32600 is an unknown session
+// and -32004 an offline executor.
 func (r *Remote) recover(cause error) {
-	deadline := time.Now().Add(r.opts.recoveryTimeout())
-	backoff := 100 * time.Millisecond
+	ctx, cancel := context.WithTimeout(r.life, r.opts.recoveryTimeout())
+	defer cancel()
+	bo := backoff.Backoff{Initial: 100 * time.Millisecond, Max: 5 * time.Second}
 	var offlineSince time.Time
 	for attempt := 1; ; attempt++ {
-		r.mu.Lock()
-		closed := r.closed
-		r.mu.Unlock()
-		if closed {
-			return
-		}
-		ctx, cancel := context.WithDeadline(context.Background(), deadline)
 		c, sid, err := r.connect(ctx, r.sessionID)
-		cancel()
 		if err == nil {
 			if sid != r.sessionID {
 				c.close()
 				r.failAll(fmt.Errorf("%w: the executor resumed session %s instead of %s", errTransport, sid, r.sessionID))
 				return
 			}
-			r.install(c)
+			if !r.install(c) {
+				return // closed meanwhile
+			}
 			r.recovered.Add(1)
 			r.catchUpAll()
 			return
 		}
+		if r.life.Err() != nil {
+			return // closed: Close has failed every process
+		}
 		var pe *protocol.Error
-		if errors.As(err, &pe) && pe.Code == protocol.CodeInvalidRequest {
-			// unknown session: it expired or the executor restarted.
+		isPE := errors.As(err, &pe)
+		kind := protocol.KindOf(err)
+		switch {
+		case kind == protocol.KindUnknownSession || kind == "" && isPE && pe.Code == protocol.CodeInvalidRequest:
+			// It expired, or the executor restarted.
 			r.failAll(fmt.Errorf("%w (%v); failed to resume session %s: %v", errTransport, cause, r.sessionID, err))
 			return
-		}
-		if errors.As(err, &pe) && pe.Code == protocol.CodeNotFound {
+		case kind == protocol.KindRefused:
+			r.failAll(fmt.Errorf("%w (%v); resuming session %s was refused: %v", errTransport, cause, r.sessionID, err))
+			return
+		case isPE && pe.Code == protocol.CodeNotFound && (kind == protocol.KindUnavailable || kind == ""):
 			// The relay says the executor is offline. It may be rejoining
 			// after a relay restart; past a short grace it is gone, and so
 			// is the session it held: say so promptly.
@@ -191,17 +227,16 @@ func (r *Remote) recover(cause error) {
 				r.failAll(fmt.Errorf("%w (%v): %s", errTransport, cause, pe.Message))
 				return
 			}
-		} else {
+		default:
 			offlineSince = time.Time{}
 		}
-		if time.Now().After(deadline) {
+		if werr := bo.Wait(ctx); werr != nil {
+			if r.life.Err() != nil {
+				return
+			}
 			r.failAll(fmt.Errorf("%w (%v); gave up resuming session %s after %d attempts: %v", errTransport, cause, r.sessionID, attempt, err))
 			return
 		}
-		// Full jitter: sleep a random part of the current backoff.
-		sleep := time.Duration(rand.Int64N(int64(backoff))) + time.Millisecond
-		time.Sleep(min(sleep, time.Until(deadline)))
-		backoff = min(backoff*2, 5*time.Second)
 	}
 }
 
@@ -243,7 +278,7 @@ func (r *Remote) catchUp(p *Process) {
 		budget := uint64(chunkBudget)
 		wait := uint64(0)
 		var res protocol.ReadResult
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		ctx, cancel := context.WithTimeout(r.life, 30*time.Second)
 		err := r.call(ctx, true, protocol.MethodProcessRead, protocol.ReadParams{ProcessID: p.id, AfterSeq: &after, MaxBytes: &budget, WaitMs: &wait}, &res)
 		cancel()
 		if err != nil {
@@ -257,9 +292,8 @@ func (r *Remote) catchUp(p *Process) {
 			p.fail(&ErrOutputLost{ProcessID: p.id, FromSeq: res.Gap.FromSeq, ToSeq: res.Gap.ToSeq})
 			return
 		}
-		evs := readEvents(res)
-		for _, ev := range evs {
-			p.deliver(ev, true)
+		for _, ev := range res.Events() {
+			p.deliver(clientEvent(ev), true)
 		}
 		if len(res.Chunks) == 0 {
 			return
@@ -267,29 +301,22 @@ func (r *Remote) catchUp(p *Process) {
 	}
 }
 
-// readEvents turns a read result into events in seq order.
-func readEvents(res protocol.ReadResult) []Event {
-	evs := make([]Event, 0, len(res.Chunks)+2)
-	for _, c := range res.Chunks {
-		evs = append(evs, Event{Kind: EventOutput, Seq: c.Seq, Stream: c.Stream, Data: c.Chunk})
+// clientEvent is the client's form of a protocol event.
+func clientEvent(ev protocol.Event) Event {
+	kind := EventOutput
+	switch ev.Kind {
+	case protocol.EventExited:
+		kind = EventExited
+	case protocol.EventClosed:
+		kind = EventClosed
 	}
-	limit := res.NextSeq
-	if n := len(res.Chunks); n > 0 {
-		limit = res.Chunks[n-1].Seq + 1
-	}
-	if res.Exited && res.ExitSeq > 0 && res.ExitSeq < limit+1 && res.ExitCode != nil {
-		evs = append(evs, Event{Kind: EventExited, Seq: res.ExitSeq, ExitCode: *res.ExitCode, SandboxDenied: res.SandboxDenied, Limit: res.Limit})
-	}
-	if res.Closed && res.CloseSeq > 0 && res.CloseSeq < limit+2 {
-		evs = append(evs, Event{Kind: EventClosed, Seq: res.CloseSeq})
-	}
-	sort.Slice(evs, func(i, j int) bool { return evs[i].Seq < evs[j].Seq })
-	return evs
+	return Event{Kind: kind, Seq: ev.Seq, Stream: ev.Stream, Data: ev.Data, ExitCode: ev.ExitCode, Signal: ev.Signal, SandboxDenied: ev.SandboxDenied, Limit: ev.Limit}
 }
 
 func (r *Remote) failAll(err error) {
 	r.mu.Lock()
 	r.lastErr = err
+	r.wakeLocked()
 	procs := make([]*Process, 0, len(r.procs))
 	for _, p := range r.procs {
 		procs = append(procs, p)
@@ -302,36 +329,15 @@ func (r *Remote) failAll(err error) {
 
 // route delivers a pushed notification to its process.
 func (r *Remote) route(method string, params transport.Params, block bool) {
-	var ev Event
-	var pid string
-	switch method {
-	case protocol.MethodProcessOutput:
-		var n protocol.OutputNotification
-		if params.Decode(&n) != nil {
-			return
-		}
-		pid, ev = n.ProcessID, Event{Kind: EventOutput, Seq: n.Seq, Stream: n.Stream, Data: n.Chunk}
-	case protocol.MethodProcessExited:
-		var n protocol.ExitedNotification
-		if params.Decode(&n) != nil {
-			return
-		}
-		denied := n.SandboxDenied != nil && *n.SandboxDenied
-		pid, ev = n.ProcessID, Event{Kind: EventExited, Seq: n.Seq, ExitCode: n.ExitCode, Signal: n.Signal, SandboxDenied: denied, Limit: n.Limit}
-	case protocol.MethodProcessClosed:
-		var n protocol.ClosedNotification
-		if params.Decode(&n) != nil {
-			return
-		}
-		pid, ev = n.ProcessID, Event{Kind: EventClosed, Seq: n.Seq}
-	default:
+	pid, ev, ok := protocol.DecodeEvent(method, params)
+	if !ok {
 		return
 	}
 	r.mu.Lock()
 	p := r.procs[pid]
 	r.mu.Unlock()
 	if p != nil {
-		p.deliver(ev, block)
+		p.deliver(clientEvent(ev), block)
 	}
 }
 
@@ -431,7 +437,9 @@ func (r *Remote) Close() error {
 	r.closed = true
 	c := r.cur
 	r.cur = nil
+	r.wakeLocked()
 	r.mu.Unlock()
+	r.endLife() // stops a recovery, whatever it is waiting for
 	var err error
 	if c != nil {
 		err = c.close()

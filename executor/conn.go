@@ -121,7 +121,7 @@ func (c *serverConn) readLoop() error {
 		if err != nil {
 			var me *transport.MalformedError
 			if errors.As(err, &me) {
-				if !c.out.reply(outMsg{id: transport.MalformedID, err: protocol.Errorf(protocol.CodeInvalidRequest, "%v", me)}) {
+				if !c.out.reply(outMsg{id: transport.MalformedID, err: protocol.KindErrorf(malformedKind(me), protocol.CodeInvalidRequest, "%v", me)}) {
 					return nil
 				}
 				continue
@@ -140,14 +140,42 @@ func (c *serverConn) readLoop() error {
 					c.state = stateReady
 					continue
 				}
-				c.out.reply(outMsg{id: transport.MalformedID, err: protocol.Errorf(protocol.CodeInvalidRequest, "initialized notification is only valid once, after initialize")})
+				c.out.reply(outMsg{id: transport.MalformedID, err: protocol.KindErrorf(protocol.KindInvalid, protocol.CodeInvalidRequest, "initialized notification is only valid once, after initialize")})
 				continue
 			}
-			c.out.reply(outMsg{id: transport.MalformedID, err: protocol.Errorf(protocol.CodeMethodNotFound, "unknown notification %q", m.Method)})
+			c.out.reply(outMsg{id: transport.MalformedID, err: protocol.KindErrorf(protocol.KindUnsupported, protocol.CodeMethodNotFound, "unknown notification %q", m.Method)})
 		case transport.KindResponse:
-			c.out.reply(outMsg{id: transport.MalformedID, err: protocol.Errorf(protocol.CodeInvalidRequest, "unexpected response (id %s): this executor sends no requests", m.ID)})
+			c.out.reply(outMsg{id: transport.MalformedID, err: protocol.KindErrorf(protocol.KindInvalid, protocol.CodeInvalidRequest, "unexpected response (id %s): this executor sends no requests", m.ID)})
 		}
 	}
+}
+
+// malformedKind is the kind of an undecodable message's refusal: too
+// large, or invalid.
+func malformedKind(err error) protocol.Kind {
+	if errors.Is(err, transport.ErrMessageTooLarge) {
+		return protocol.KindTooLarge
+	}
+	return protocol.KindInvalid
+}
+
+// sessionRefusal gives newSession's refusal its kind when it has none:
+// unavailable while the server shuts down, exhausted when it holds its
+// most sessions. (newSession, in server.go, builds it without a kind;
+// once it passes one, this adds nothing.)
+func (s *Server) sessionRefusal(err error) error {
+	var pe *protocol.Error
+	if !errors.As(err, &pe) || pe.Kind() != "" {
+		return err
+	}
+	s.mu.Lock()
+	closing := s.closing
+	s.mu.Unlock()
+	kind := protocol.KindExhausted
+	if closing {
+		kind = protocol.KindUnavailable
+	}
+	return protocol.KindErrorf(kind, pe.Code, "%s", pe.Message)
 }
 
 // method is one entry of the method table shared by every codec.
@@ -207,16 +235,16 @@ func fsCall[P any](f func(*Session, P) (any, error)) func(c *serverConn, m *tran
 func (c *serverConn) request(m *transport.Message) {
 	meth, ok := methods[m.Method]
 	if !ok {
-		c.out.reply(outMsg{id: m.ID, err: protocol.Errorf(protocol.CodeMethodNotFound, "method `%s` is not implemented by this executor", m.Method)})
+		c.out.reply(outMsg{id: m.ID, err: protocol.KindErrorf(protocol.KindUnsupported, protocol.CodeMethodNotFound, "method `%s` is not implemented by this executor", m.Method)})
 		return
 	}
 	if m.Method != protocol.MethodInitialize {
 		switch c.state {
 		case stateNew:
-			c.out.reply(outMsg{id: m.ID, err: protocol.Errorf(protocol.CodeInvalidRequest, "client must call initialize before using %s methods", meth.family)})
+			c.out.reply(outMsg{id: m.ID, err: protocol.KindErrorf(protocol.KindInvalid, protocol.CodeInvalidRequest, "client must call initialize before using %s methods", meth.family)})
 			return
 		case stateInitialized:
-			c.out.reply(outMsg{id: m.ID, err: protocol.Errorf(protocol.CodeInvalidRequest, "client must send initialized before using %s methods", meth.family)})
+			c.out.reply(outMsg{id: m.ID, err: protocol.KindErrorf(protocol.KindInvalid, protocol.CodeInvalidRequest, "client must send initialized before using %s methods", meth.family)})
 			return
 		}
 	}
@@ -225,7 +253,7 @@ func (c *serverConn) request(m *transport.Message) {
 			// A handler bug must cost one request, not the executor.
 			if p := recover(); p != nil {
 				c.log.Error("method handler panicked", zap.String("method", m.Method), zap.Any("panic", p), zap.Stack("stack"))
-				c.out.reply(outMsg{id: m.ID, err: protocol.Errorf(protocol.CodeInternal, "internal error handling %s", m.Method)})
+				c.out.reply(outMsg{id: m.ID, err: protocol.KindErrorf(protocol.KindInternal, protocol.CodeInternal, "internal error handling %s", m.Method)})
 				c.unparkAll()
 			}
 		}()
@@ -236,7 +264,7 @@ func (c *serverConn) request(m *transport.Message) {
 		if err != nil {
 			var pe *protocol.Error
 			if !errors.As(err, &pe) {
-				pe = protocol.Errorf(protocol.CodeInternal, "%v", err)
+				pe = protocol.KindErrorf(errKind(err, protocol.KindInternal), protocol.CodeInternal, "%v", err)
 			}
 			c.out.reply(outMsg{id: m.ID, err: pe})
 			c.unparkAll()
@@ -265,7 +293,7 @@ func (c *serverConn) request(m *transport.Message) {
 func decode(m *transport.Message, v any, required bool) error {
 	if m.Params == nil || m.Params.Absent() {
 		if required {
-			return protocol.Errorf(protocol.CodeInvalidParams, "invalid params for %s: params are required", m.Method)
+			return protocol.KindErrorf(protocol.KindInvalid, protocol.CodeInvalidParams, "invalid params for %s: params are required", m.Method)
 		}
 		return nil
 	}
@@ -276,25 +304,25 @@ func decode(m *transport.Message, v any, required bool) error {
 			// fields a method has.
 			if m.Method == protocol.MethodFsWriteFile {
 				// codex's code and wording for this one.
-				return protocol.Errorf(protocol.CodeInvalidRequest, "fs/writeFile requires valid base64 dataBase64: %v", err)
+				return protocol.KindErrorf(protocol.KindInvalid, protocol.CodeInvalidRequest, "fs/writeFile requires valid base64 dataBase64: %v", err)
 			}
-			return protocol.Errorf(protocol.CodeInvalidParams, "invalid params for %s: chunk is not valid base64: %v", m.Method, err)
+			return protocol.KindErrorf(protocol.KindInvalid, protocol.CodeInvalidParams, "invalid params for %s: chunk is not valid base64: %v", m.Method, err)
 		}
-		return protocol.Errorf(protocol.CodeInvalidParams, "invalid params for %s: %v", m.Method, err)
+		return protocol.KindErrorf(protocol.KindInvalid, protocol.CodeInvalidParams, "invalid params for %s: %v", m.Method, err)
 	}
 	return nil
 }
 
 func requireProcessID(method, id string) error {
 	if id == "" {
-		return protocol.Errorf(protocol.CodeInvalidParams, "invalid params for %s: processId is required", method)
+		return protocol.KindErrorf(protocol.KindInvalid, protocol.CodeInvalidParams, "invalid params for %s: processId is required", method)
 	}
 	return nil
 }
 
 func (c *serverConn) initialize(m *transport.Message) (any, error) {
 	if c.state != stateNew {
-		return nil, protocol.Errorf(protocol.CodeInvalidRequest, "initialize may only be sent once per connection")
+		return nil, protocol.KindErrorf(protocol.KindInvalid, protocol.CodeInvalidRequest, "initialize may only be sent once per connection")
 	}
 	var p protocol.InitializeParams
 	if err := decode(m, &p, false); err != nil {
@@ -304,12 +332,12 @@ func (c *serverConn) initialize(m *transport.Message) (any, error) {
 	if p.ResumeSessionID != nil {
 		sess = c.srv.lookup(*p.ResumeSessionID)
 		if sess == nil {
-			return nil, protocol.Errorf(protocol.CodeInvalidRequest, "unknown session id %s", *p.ResumeSessionID)
+			return nil, protocol.KindErrorf(protocol.KindUnknownSession, protocol.CodeInvalidRequest, "unknown session id %s", *p.ResumeSessionID)
 		}
 	} else {
 		var err error
 		if sess, err = c.srv.newSession(); err != nil {
-			return nil, err
+			return nil, c.srv.sessionRefusal(err)
 		}
 	}
 	a, err := sess.attach(c)
@@ -486,7 +514,7 @@ func (c *serverConn) writeMsg(m outMsg) error {
 		// Refused before anything was written (a 64 MiB file is 85 MiB in
 		// base64): answer with an error rather than drop the connection,
 		// which a resuming client would only retry.
-		return c.mc.WriteError(c.ctx, m.id, protocol.Errorf(protocol.CodeInvalidRequest,
+		return c.mc.WriteError(c.ctx, m.id, protocol.KindErrorf(protocol.KindTooLarge, protocol.CodeInvalidRequest,
 			"the result is too large for one message on this connection (%v); read large files with fs/open and fs/readBlock", err))
 	}
 	return err
@@ -497,26 +525,11 @@ func writeEvent(ctx context.Context, mc transport.MessageConn, id string, ev *Ev
 	return mc.WriteNotification(ctx, eventMethod(ev.Kind), eventParams(id, ev))
 }
 
-func eventMethod(k EventKind) string {
-	switch k {
-	case EventExited:
-		return protocol.MethodProcessExited
-	case EventClosed:
-		return protocol.MethodProcessClosed
-	}
-	return protocol.MethodProcessOutput
-}
+// eventMethod and eventParams are the notification of an event, as the
+// protocol maps it.
+func eventMethod(k EventKind) string { return k.Method() }
 
-func eventParams(id string, ev *Event) any {
-	switch ev.Kind {
-	case EventExited:
-		denied := ev.SandboxDenied
-		return &protocol.ExitedNotification{ProcessID: id, Seq: ev.Seq, ExitCode: ev.ExitCode, Signal: ev.Signal, SandboxDenied: &denied, Limit: ev.Limit}
-	case EventClosed:
-		return &protocol.ClosedNotification{ProcessID: id, Seq: ev.Seq}
-	}
-	return &protocol.OutputNotification{ProcessID: id, Seq: ev.Seq, Stream: ev.Stream, Chunk: ev.Data}
-}
+func eventParams(id string, ev *Event) any { return ev.Params(id) }
 
 // outMsg is a queued reply.
 type outMsg struct {

@@ -11,39 +11,19 @@ import (
 	"github.com/outpost-exec/outpost/protocol"
 )
 
-// EventKind tells the three kinds of process event apart.
-type EventKind uint8
-
-const (
-	EventOutput EventKind = iota + 1
-	EventExited
-	EventClosed
+// EventKind tells the three kinds of process event apart; Event is one
+// sequenced process event. Both are the protocol's neutral forms, which
+// protocol maps to notifications and process/read results.
+type (
+	EventKind = protocol.EventKind
+	Event     = protocol.Event
 )
 
-func (k EventKind) String() string {
-	switch k {
-	case EventOutput:
-		return "output"
-	case EventExited:
-		return "exited"
-	case EventClosed:
-		return "closed"
-	}
-	return "unknown"
-}
-
-// Event is one sequenced process event. Data is never modified after the
-// event is logged, so it may be shared without copying.
-type Event struct {
-	Kind          EventKind
-	Seq           uint64
-	Stream        protocol.Stream // EventOutput only
-	Data          []byte          // EventOutput only
-	ExitCode      int32           // EventExited only
-	Signal        int32           // EventExited only: the signal that killed it, 0 if none
-	SandboxDenied bool            // EventExited only
-	Limit         string          // EventExited only: protocol.LimitMemory, LimitPids or ""
-}
+const (
+	EventOutput = protocol.EventOutput
+	EventExited = protocol.EventExited
+	EventClosed = protocol.EventClosed
+)
 
 // Retention bounds what a process keeps of its output for process/read and
 // for replay. The exit and close events are always kept.
@@ -395,12 +375,12 @@ func (l *EventLog) readLocked(req ReadRequest) (protocol.ReadResult, bool) {
 	res := protocol.ReadResult{Chunks: []protocol.OutputChunk{}}
 	var total int64
 	for i := l.firstChunkAfterLocked(req.AfterSeq); i < len(l.chunks); i++ {
-		c := l.chunks[i]
+		c := &l.chunks[i]
 		size := int64(len(c.Data))
 		if req.MaxBytes >= 0 && len(res.Chunks) > 0 && total+size > req.MaxBytes {
 			break
 		}
-		res.Chunks = append(res.Chunks, protocol.OutputChunk{Seq: c.Seq, Stream: c.Stream, Chunk: c.Data})
+		res.AddOutput(c)
 		total += size
 		if req.MaxBytes >= 0 && total >= req.MaxBytes {
 			break
@@ -413,16 +393,11 @@ func (l *EventLog) readLocked(req ReadRequest) (protocol.ReadResult, bool) {
 	} else {
 		res.NextSeq = snap.NextSeq
 	}
-	res.Exited, res.Closed, res.SandboxDenied, res.Limit = snap.Exited, snap.Closed, snap.SandboxDenied, snap.Limit
 	if l.exit != nil {
-		res.ExitSeq = l.exit.Seq
+		res.SetExit(l.exit)
 	}
 	if l.closed != nil {
-		res.CloseSeq = l.closed.Seq
-	}
-	if snap.Exited {
-		code := snap.ExitCode
-		res.ExitCode = &code
+		res.SetClosed(l.closed)
 	}
 	ready := len(res.Chunks) > 0 || snap.Closed || res.Gap != nil ||
 		(snap.Exited && req.AfterSeq < snap.NextSeq-1)

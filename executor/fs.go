@@ -173,18 +173,18 @@ func (s *Session) fsRequest(method string, rawPolicy any) (*fsReq, error) {
 	}
 	data, err := json.Marshal(rawPolicy)
 	if err != nil {
-		return nil, protocol.Errorf(protocol.CodeInvalidParams, "invalid params for %s: sandbox: %v", method, err)
+		return nil, protocol.KindErrorf(protocol.KindInvalid, protocol.CodeInvalidParams, "invalid params for %s: sandbox: %v", method, err)
 	}
 	ctx, err := sandbox.ParseContext(data)
 	if err != nil {
-		return nil, protocol.Errorf(protocol.CodeInvalidParams, "invalid params for %s: %v", method, err)
+		return nil, protocol.KindErrorf(protocol.KindInvalid, protocol.CodeInvalidParams, "invalid params for %s: %v", method, err)
 	}
 	pol := ctx.Policy
 	var roots []string
 	for _, r := range ctx.WorkspaceRoots {
 		n, err := s.srv.translate(r)
 		if err != nil {
-			return nil, protocol.Errorf(protocol.CodeInvalidParams, "invalid params for %s: sandbox workspaceRoots: %v", method, err)
+			return nil, protocol.KindErrorf(protocol.KindInvalid, protocol.CodeInvalidParams, "invalid params for %s: sandbox workspaceRoots: %v", method, err)
 		}
 		roots = append(roots, n)
 	}
@@ -193,7 +193,7 @@ func (s *Session) fsRequest(method string, rawPolicy any) (*fsReq, error) {
 	// working directory.
 	cwd, err := NativeDir(ctx.Cwd, "", s.srv.translate)
 	if err != nil {
-		return nil, protocol.Errorf(protocol.CodeInvalidParams, "invalid params for %s: sandbox cwd: %v", method, err)
+		return nil, protocol.KindErrorf(protocol.KindInvalid, protocol.CodeInvalidParams, "invalid params for %s: sandbox cwd: %v", method, err)
 	}
 	// The executor's own secrets are hidden from fs calls as from
 	// commands. Shared sticky temporary roots (/tmp) are not scanned for
@@ -202,7 +202,7 @@ func (s *Session) fsRequest(method string, rawPolicy any) (*fsReq, error) {
 	res, err := pol.Resolve(sandbox.Env{Cwd: cwd, ProjectRoots: roots, NoProjectRootFallback: ctx.Codex, Translate: s.srv.translate,
 		Hidden: s.srv.cfg.SandboxHidden, SharedTempUnscanned: true})
 	if err != nil {
-		return nil, protocol.Errorf(protocol.CodeInvalidParams, "invalid params for %s: %v", method, err)
+		return nil, protocol.KindErrorf(protocol.KindInvalid, protocol.CodeInvalidParams, "invalid params for %s: %v", method, err)
 	}
 	r.pol = &res
 	return r, nil
@@ -224,11 +224,11 @@ func (s *Session) fsBegin(method string, policy any, path string) (*fsReq, strin
 // native turns a request path into a clean absolute path on this machine.
 func (r *fsReq) native(field, p string) (string, error) {
 	if p == "" {
-		return "", protocol.Errorf(protocol.CodeInvalidParams, "invalid params for %s: %s is required", r.method, field)
+		return "", protocol.KindErrorf(protocol.KindInvalid, protocol.CodeInvalidParams, "invalid params for %s: %s is required", r.method, field)
 	}
 	n, err := r.s.srv.translate(p)
 	if err != nil {
-		return "", protocol.Errorf(protocol.CodeInvalidRequest, "%s: %s %q: %v", r.method, field, p, err)
+		return "", protocol.KindErrorf(errKind(err, protocol.KindInvalid), protocol.CodeInvalidRequest, "%s: %s %q: %v", r.method, field, p, err)
 	}
 	return n, nil
 }
@@ -257,7 +257,7 @@ func (r *fsReq) denied(shown string, write bool) error {
 	if write {
 		need = "write"
 	}
-	return protocol.Errorf(protocol.CodeInvalidRequest, "%s: %s: access denied by the sandbox policy (needs %s access)", r.method, shown, need)
+	return protocol.KindErrorf(protocol.KindPermission, protocol.CodeInvalidRequest, "%s: %s: access denied by the sandbox policy (needs %s access)", r.method, shown, need)
 }
 
 // check judges the path string p as written and where it leads now: a
@@ -295,7 +295,7 @@ func (r *fsReq) fsError(shown string, err error) error {
 		errors.Is(err, syscall.ELOOP), errors.Is(err, syscall.EROFS), errors.Is(err, syscall.ENAMETOOLONG):
 		code = protocol.CodeInvalidRequest
 	}
-	return protocol.Errorf(code, "%s: %s: %v", r.method, shown, err)
+	return protocol.KindErrorf(errKind(err, protocol.KindInternal), code, "%s: %s: %v", r.method, shown, err)
 }
 
 func (r *fsReq) fsErrorOrNil(shown string, err error) error {
@@ -318,7 +318,7 @@ func (r *fsReq) failed(shown, p string, write bool, err error) error {
 }
 
 func (r *fsReq) tooLarge(shown string, limit int64, what, instead string) error {
-	return protocol.Errorf(protocol.CodeInvalidRequest, "%s: %s: file is too large to %s: limit is %d bytes; use %s", r.method, shown, what, limit, instead)
+	return protocol.KindErrorf(protocol.KindTooLarge, protocol.CodeInvalidRequest, "%s: %s: file is too large to %s: limit is %d bytes; use %s", r.method, shown, what, limit, instead)
 }
 
 // openRead opens the regular file p leads to for reading: judged by what
@@ -338,7 +338,7 @@ func (r *fsReq) openReadObject(shown string, o *fsObject) (*os.File, os.FileInfo
 		return nil, nil, r.fsError(shown, syscall.EISDIR)
 	}
 	if !o.isRegular() {
-		return nil, nil, protocol.Errorf(protocol.CodeInvalidRequest, "%s: %s: not a regular file", r.method, shown)
+		return nil, nil, protocol.KindErrorf(protocol.KindInvalid, protocol.CodeInvalidRequest, "%s: %s: not a regular file", r.method, shown)
 	}
 	f, err := reopen(o.fd, unix.O_RDONLY|unix.O_NONBLOCK, o.path)
 	if err != nil {
@@ -556,7 +556,7 @@ func (s *Session) fsReadDirectory(p protocol.FsPathParams) (any, error) {
 		return nil, r.fsError(p.Path, err)
 	}
 	if len(ents) > maxDirEntries {
-		return nil, protocol.Errorf(protocol.CodeInvalidRequest, "%s: %s: more than %d entries", r.method, p.Path, maxDirEntries)
+		return nil, protocol.KindErrorf(protocol.KindTooLarge, protocol.CodeInvalidRequest, "%s: %s: more than %d entries", r.method, p.Path, maxDirEntries)
 	}
 	res := protocol.FsReadDirectoryResult{Entries: make([]protocol.FsDirEntry, 0, len(ents))}
 	for _, e := range ents {
@@ -574,7 +574,7 @@ func (s *Session) fsRemove(p protocol.FsRemoveParams) (any, error) {
 	}
 	recursive, force := p.Recursive == nil || *p.Recursive, p.Force == nil || *p.Force
 	if n == "/" {
-		return nil, protocol.Errorf(protocol.CodeInvalidRequest, "%s: refusing to remove /", r.method)
+		return nil, protocol.KindErrorf(protocol.KindPermission, protocol.CodeInvalidRequest, "%s: refusing to remove /", r.method)
 	}
 	// The path itself goes, not what a link at it leads to: its parent is
 	// resolved and judged, the rest happens relative to it.
@@ -615,7 +615,7 @@ func (s *Session) fsCopy(p protocol.FsCopyParams) (any, error) {
 	defer o.Close()
 	if o.isDir() {
 		if !p.Recursive {
-			return nil, protocol.Errorf(protocol.CodeInvalidRequest, "%s: %s: is a directory (set recursive)", r.method, p.SourcePath)
+			return nil, protocol.KindErrorf(protocol.KindInvalid, protocol.CodeInvalidRequest, "%s: %s: is a directory (set recursive)", r.method, p.SourcePath)
 		}
 		if err := r.copyTree(p.SourcePath, p.DestinationPath, o, dst); err != nil {
 			return nil, r.fsError(p.DestinationPath, err)
@@ -671,11 +671,11 @@ func (s *Session) addHandle(method, id string, h *fsHandle) error {
 	defer s.mu.Unlock()
 	switch {
 	case s.ended:
-		return protocol.Errorf(protocol.CodeInvalidRequest, "session %s has ended", s.id)
+		return protocol.KindErrorf(protocol.KindUnknownSession, protocol.CodeInvalidRequest, "session %s has ended", s.id)
 	case s.handles[id] != nil:
-		return protocol.Errorf(protocol.CodeInvalidRequest, "%s: handle %s is already open", method, id)
+		return protocol.KindErrorf(protocol.KindInvalid, protocol.CodeInvalidRequest, "%s: handle %s is already open", method, id)
 	case len(s.handles) >= s.srv.cfg.MaxFileHandles:
-		return protocol.Errorf(protocol.CodeInvalidRequest, "%s: too many open file handles in this session (limit %d)", method, s.srv.cfg.MaxFileHandles)
+		return protocol.KindErrorf(protocol.KindExhausted, protocol.CodeInvalidRequest, "%s: too many open file handles in this session (limit %d)", method, s.srv.cfg.MaxFileHandles)
 	}
 	if s.handles == nil {
 		s.handles = map[string]*fsHandle{}
@@ -686,7 +686,7 @@ func (s *Session) addHandle(method, id string, h *fsHandle) error {
 
 func validHandleID(method, id string) error {
 	if id == "" || len(id) > protocol.MaxHandleIDBytes {
-		return protocol.Errorf(protocol.CodeInvalidParams, "invalid params for %s: handleId must be 1 to %d bytes", method, protocol.MaxHandleIDBytes)
+		return protocol.KindErrorf(protocol.KindInvalid, protocol.CodeInvalidParams, "invalid params for %s: handleId must be 1 to %d bytes", method, protocol.MaxHandleIDBytes)
 	}
 	return nil
 }
@@ -696,7 +696,7 @@ func (s *Session) handle(method, id string) (*fsHandle, error) {
 	defer s.mu.Unlock()
 	h := s.handles[id]
 	if h == nil {
-		return nil, protocol.Errorf(protocol.CodeNotFound, "%s: unknown handle %s", method, id) // codex: -32004
+		return nil, protocol.KindErrorf(protocol.KindNotFound, protocol.CodeNotFound, "%s: unknown handle %s", method, id) // codex: -32004
 	}
 	return h, nil
 }
@@ -745,11 +745,11 @@ func (s *Session) fsReadBlock(p protocol.FsReadBlockParams) (any, error) {
 		return nil, err
 	}
 	if h.write {
-		return nil, protocol.Errorf(protocol.CodeInvalidRequest, "%s: handle %s was opened for writing", protocol.MethodFsReadBlock, p.HandleID)
+		return nil, protocol.KindErrorf(protocol.KindInvalid, protocol.CodeInvalidRequest, "%s: handle %s was opened for writing", protocol.MethodFsReadBlock, p.HandleID)
 	}
 	n := min(p.Len, maxBlockBytes)
 	if p.Offset > 1<<62 {
-		return nil, protocol.Errorf(protocol.CodeInvalidParams, "invalid params for %s: offset out of range", protocol.MethodFsReadBlock)
+		return nil, protocol.KindErrorf(protocol.KindInvalid, protocol.CodeInvalidParams, "invalid params for %s: offset out of range", protocol.MethodFsReadBlock)
 	}
 	buf := make([]byte, n)
 	h.mu.Lock()
@@ -757,7 +757,7 @@ func (s *Session) fsReadBlock(p protocol.FsReadBlockParams) (any, error) {
 	h.account(p.Offset, buf[:got])
 	h.mu.Unlock()
 	if err != nil && err != io.EOF {
-		return nil, protocol.Errorf(protocol.CodeInternal, "%s: handle %s: %v", protocol.MethodFsReadBlock, p.HandleID, err)
+		return nil, protocol.KindErrorf(errKind(err, protocol.KindInternal), protocol.CodeInternal, "%s: handle %s: %v", protocol.MethodFsReadBlock, p.HandleID, err)
 	}
 	return protocol.FsReadBlockResult{Chunk: buf[:got], EOF: err == io.EOF || n == 0}, nil
 }
@@ -768,10 +768,10 @@ func (s *Session) fsWriteBlock(p protocol.FsWriteBlockParams) (any, error) {
 		return nil, err
 	}
 	if !h.write {
-		return nil, protocol.Errorf(protocol.CodeInvalidRequest, "%s: handle %s was opened for reading", protocol.MethodFsWriteBlock, p.HandleID)
+		return nil, protocol.KindErrorf(protocol.KindInvalid, protocol.CodeInvalidRequest, "%s: handle %s was opened for reading", protocol.MethodFsWriteBlock, p.HandleID)
 	}
 	if len(p.Chunk) > maxBlockBytes || p.Offset > 1<<62 {
-		return nil, protocol.Errorf(protocol.CodeInvalidParams, "invalid params for %s: a block is at most %d bytes at an offset below 2^62", protocol.MethodFsWriteBlock, maxBlockBytes)
+		return nil, protocol.KindErrorf(protocol.KindInvalid, protocol.CodeInvalidParams, "invalid params for %s: a block is at most %d bytes at an offset below 2^62", protocol.MethodFsWriteBlock, maxBlockBytes)
 	}
 	h.mu.Lock()
 	_, err = h.f.WriteAt(p.Chunk, int64(p.Offset))
@@ -780,7 +780,7 @@ func (s *Session) fsWriteBlock(p protocol.FsWriteBlockParams) (any, error) {
 	}
 	h.mu.Unlock()
 	if err != nil {
-		return nil, protocol.Errorf(protocol.CodeInternal, "%s: handle %s: %v", protocol.MethodFsWriteBlock, p.HandleID, err)
+		return nil, protocol.KindErrorf(errKind(err, protocol.KindInternal), protocol.CodeInternal, "%s: handle %s: %v", protocol.MethodFsWriteBlock, p.HandleID, err)
 	}
 	return protocol.Empty{}, nil
 }
@@ -791,7 +791,7 @@ func (s *Session) fsClose(p protocol.FsCloseParams) (any, error) {
 	delete(s.handles, p.HandleID)
 	s.mu.Unlock()
 	if h == nil {
-		return nil, protocol.Errorf(protocol.CodeNotFound, "%s: unknown handle %s", protocol.MethodFsClose, p.HandleID)
+		return nil, protocol.KindErrorf(protocol.KindNotFound, protocol.CodeNotFound, "%s: unknown handle %s", protocol.MethodFsClose, p.HandleID)
 	}
 	var res protocol.FsCloseResult
 	if fi, err := h.f.Stat(); err == nil && !p.Discard {
@@ -802,7 +802,7 @@ func (s *Session) fsClose(p protocol.FsCloseParams) (any, error) {
 		return res, nil
 	}
 	if err := h.commit(); err != nil {
-		return nil, protocol.Errorf(protocol.CodeInternal, "%s: handle %s: %v", protocol.MethodFsClose, p.HandleID, err)
+		return nil, protocol.KindErrorf(errKind(err, protocol.KindInternal), protocol.CodeInternal, "%s: handle %s: %v", protocol.MethodFsClose, p.HandleID, err)
 	}
 	return res, nil
 }

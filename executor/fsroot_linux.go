@@ -120,7 +120,7 @@ func (r *fsReq) placed(shown string, fd int, opened string) (string, error) {
 	case errors.Is(err, unix.ENOENT):
 		return "", err
 	case r.pol != nil:
-		return "", protocol.Errorf(protocol.CodeInvalidRequest, "%s: %s: access denied by the sandbox policy (%v)", r.method, shown, err)
+		return "", protocol.KindErrorf(protocol.KindPermission, protocol.CodeInvalidRequest, "%s: %s: access denied by the sandbox policy (%v)", r.method, shown, err)
 	}
 	return opened, nil
 }

@@ -174,7 +174,7 @@ func (r *fsReq) refuseProtectedInside(shown string, dir *os.File, fd, depth int,
 		names, err := dir.Readdirnames(dirBatch)
 		for _, name := range names {
 			if *budget--; *budget < 0 {
-				return protocol.Errorf(protocol.CodeInvalidRequest, "%s: %s: more than %d entries in the tree", r.method, shown, maxTreeEntries)
+				return protocol.KindErrorf(protocol.KindTooLarge, protocol.CodeInvalidRequest, "%s: %s: more than %d entries in the tree", r.method, shown, maxTreeEntries)
 			}
 			if r.protectedName(name) {
 				return r.denied(shown, true)
@@ -191,7 +191,7 @@ func (r *fsReq) refuseProtectedInside(shown string, dir *os.File, fd, depth int,
 			}
 			child := os.NewFile(uintptr(cfd), name)
 			if depth >= maxTreeDepth {
-				err = protocol.Errorf(protocol.CodeInvalidRequest, "%s: %s: the tree is more than %d levels deep", r.method, shown, maxTreeDepth)
+				err = protocol.KindErrorf(protocol.KindTooLarge, protocol.CodeInvalidRequest, "%s: %s: the tree is more than %d levels deep", r.method, shown, maxTreeDepth)
 			} else {
 				err = r.refuseProtectedInside(shown, child, cfd, depth+1, budget)
 			}
@@ -247,7 +247,7 @@ func (r *fsReq) removeContents(shown string, dir *os.File, fd, depth int, budget
 		names, err := dir.Readdirnames(dirBatch)
 		for _, name := range names {
 			if *budget--; *budget < 0 {
-				return protocol.Errorf(protocol.CodeInvalidRequest, "%s: %s: more than %d entries in the tree", r.method, shown, maxTreeEntries)
+				return protocol.KindErrorf(protocol.KindTooLarge, protocol.CodeInvalidRequest, "%s: %s: more than %d entries in the tree", r.method, shown, maxTreeEntries)
 			}
 			if r.protectedName(name) { // appeared since the tree was judged
 				return r.denied(shown, true)
@@ -276,7 +276,7 @@ func (r *fsReq) removeEntry(shown string, fd int, name string, depth int, budget
 			return err
 		}
 		if depth >= maxTreeDepth {
-			return protocol.Errorf(protocol.CodeInvalidRequest, "%s: %s: the tree is more than %d levels deep", r.method, shown, maxTreeDepth)
+			return protocol.KindErrorf(protocol.KindTooLarge, protocol.CodeInvalidRequest, "%s: %s: the tree is more than %d levels deep", r.method, shown, maxTreeDepth)
 		}
 		cfd, err := unix.Openat(fd, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 		switch err {
@@ -361,7 +361,7 @@ func (r *fsReq) copyTree(srcShown, dstShown string, src *fsObject, dst string) e
 }
 
 func (r *fsReq) intoItself(srcShown, dstShown string) error {
-	return protocol.Errorf(protocol.CodeInvalidRequest, "%s: cannot copy %s into itself (%s)", r.method, srcShown, dstShown)
+	return protocol.KindErrorf(protocol.KindInvalid, protocol.CodeInvalidRequest, "%s: cannot copy %s into itself (%s)", r.method, srcShown, dstShown)
 }
 
 // copyDir copies what the directory in (open as fd, at from) holds into d.
@@ -370,7 +370,7 @@ func (r *fsReq) copyDir(in *os.File, fd int, from string, d *fsDir, depth int, b
 		names, rerr := in.Readdirnames(dirBatch)
 		for _, name := range names {
 			if *budget--; *budget < 0 {
-				return protocol.Errorf(protocol.CodeInvalidRequest, "%s: %s: more than %d entries in the tree", r.method, from, maxTreeEntries)
+				return protocol.KindErrorf(protocol.KindTooLarge, protocol.CodeInvalidRequest, "%s: %s: more than %d entries in the tree", r.method, from, maxTreeEntries)
 			}
 			if err := r.copyEntry(fd, filepath.Join(from, name), name, d, depth, budget); err != nil {
 				return err
@@ -400,7 +400,7 @@ func (r *fsReq) copyEntry(fd int, from, name string, d *fsDir, depth int, budget
 	switch st.Mode & unix.S_IFMT {
 	case unix.S_IFDIR:
 		if depth >= maxTreeDepth {
-			return protocol.Errorf(protocol.CodeInvalidRequest, "%s: %s: the tree is more than %d levels deep", r.method, from, maxTreeDepth)
+			return protocol.KindErrorf(protocol.KindTooLarge, protocol.CodeInvalidRequest, "%s: %s: the tree is more than %d levels deep", r.method, from, maxTreeDepth)
 		}
 		sub, err := r.mkdirIn(to, d, name, perm|0o700)
 		if err != nil {
@@ -434,7 +434,7 @@ func (r *fsReq) copyEntry(fd int, from, name string, d *fsDir, depth int, budget
 		in := os.NewFile(uintptr(sfd), from)
 		defer in.Close()
 		if err := unix.Fstat(sfd, &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFREG {
-			return protocol.Errorf(protocol.CodeInvalidRequest, "%s: %s: not a regular file", r.method, from)
+			return protocol.KindErrorf(protocol.KindInvalid, protocol.CodeInvalidRequest, "%s: %s: not a regular file", r.method, from)
 		}
 		return r.copyInto(from, in, d, name, perm)
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"time"
 
 	"github.com/flynn/noise"
@@ -12,6 +11,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/outpost-exec/outpost/identity"
+	"github.com/outpost-exec/outpost/internal/backoff"
 	"github.com/outpost-exec/outpost/protocol"
 	"github.com/outpost-exec/outpost/transport"
 )
@@ -34,7 +34,9 @@ type JoinOptions struct {
 }
 
 // ErrJoinRefused wraps a relay's refusal (bad token, another key owns the
-// id, a revoked key): retrying does not help.
+// id, a revoked key): retrying does not help. A relay that answers with a
+// temporary kind (exhausted: it is full; unavailable) or internal is not
+// refusing: Join retries.
 var ErrJoinRefused = errors.New("the relay refused this executor")
 
 // ErrKeyRevoked wraps the relay's refusal of a key revoked there (`outpost
@@ -57,7 +59,9 @@ var errRelayDraining = errors.New("the relay is draining")
 // with jittered exponential backoff (100 ms to 30 s) when the connection
 // drops. A refusal by the relay ends it with ErrJoinRefused, except
 // ErrAlreadyJoined (the id is live on another connection with this key),
-// which it logs at warn level and retries with the same backoff.
+// which it logs at warn level and retries with the same backoff. An error
+// of a temporary kind (a full relay, one that is unavailable) or an
+// internal one is no refusal: it is retried too.
 //
 // When a draining relay says relay/reconnect, Join dials a new session at
 // once (after up to 250 ms of jitter, so a relay's executors do not all
@@ -76,7 +80,7 @@ func (s *Server) Join(ctx context.Context, opts JoinOptions) error {
 	if opts.Mux == (transport.MuxConfig{}) {
 		opts.Mux = transport.DefaultMuxConfig()
 	}
-	backoff := 100 * time.Millisecond
+	bo := backoff.Backoff{Initial: 100 * time.Millisecond, Max: 30 * time.Second}
 	var draining *yamux.Session // the old session of the last reconnect notice
 	defer func() {
 		if draining != nil {
@@ -100,31 +104,30 @@ func (s *Server) Join(ctx context.Context, opts JoinOptions) error {
 				draining.Close()
 			}
 			draining = old
-			backoff = 100 * time.Millisecond
+			bo.Reset()
 			s.log.Info("relay asked to reconnect; open client connections stay on the old session", zap.String("relay", addr))
-			select {
-			case <-time.After(time.Duration(rand.Int64N(int64(250 * time.Millisecond)))):
-			case <-ctx.Done():
-				return ctx.Err()
+			// Up to 250 ms, so a relay's executors do not all arrive at once.
+			spread := backoff.Backoff{Initial: 250 * time.Millisecond, Max: 250 * time.Millisecond}
+			if err := spread.Wait(ctx); err != nil {
+				return err
 			}
 			continue
 		}
 		if !joinedAt.IsZero() && time.Since(joinedAt) > time.Minute {
-			backoff = 100 * time.Millisecond // it was a healthy connection
+			bo.Reset() // it was a healthy connection
 		}
-		if errors.Is(err, ErrAlreadyJoined) {
+		switch {
+		case errors.Is(err, ErrAlreadyJoined):
 			s.log.Warn(fmt.Sprintf("executor id %s is already joined from another connection with this key — if this is not you, your executor.key is stolen: run `outpost executors revoke %s` on the relay", opts.ID, opts.ID),
-				zap.String("executor", opts.ID), zap.String("relay", addr), zap.Duration("backoff", backoff))
-		} else {
-			s.log.Info("relay connection ended; reconnecting", zap.Error(err), zap.Duration("backoff", backoff))
+				zap.String("executor", opts.ID), zap.String("relay", addr), zap.Duration("backoff", bo.Ceiling()))
+		case protocol.KindOf(err) != "":
+			s.log.Warn("the relay cannot take this executor now; retrying", zap.String("relay", addr), zap.Error(err), zap.Duration("backoff", bo.Ceiling()))
+		default:
+			s.log.Info("relay connection ended; reconnecting", zap.Error(err), zap.Duration("backoff", bo.Ceiling()))
 		}
-		sleep := time.Duration(rand.Int64N(int64(backoff))) + time.Millisecond
-		select {
-		case <-time.After(sleep):
-		case <-ctx.Done():
-			return ctx.Err()
+		if err := bo.Wait(ctx); err != nil {
+			return err
 		}
-		backoff = min(backoff*2, 30*time.Second)
 	}
 }
 
@@ -164,13 +167,7 @@ func (s *Server) joinOnce(ctx context.Context, addr string, relayKey identity.Pu
 		return time.Time{}, nil, fmt.Errorf("relay/join: %w", err)
 	}
 	if m.Error != nil {
-		switch m.Error.Code {
-		case protocol.CodeRelayAlreadyJoined:
-			return time.Time{}, nil, fmt.Errorf("%w: %s", ErrAlreadyJoined, m.Error.Message)
-		case protocol.CodeRelayKeyRevoked:
-			return time.Time{}, nil, fmt.Errorf("%w: %w: %s", ErrJoinRefused, ErrKeyRevoked, m.Error.Message)
-		}
-		return time.Time{}, nil, fmt.Errorf("%w: %s", ErrJoinRefused, m.Error.Message)
+		return time.Time{}, nil, joinError(m.Error)
 	}
 	joinedAt = time.Now()
 	s.log.Info("joined the relay", zap.String("relay", addr), zap.String("executor", opts.ID))
@@ -212,6 +209,25 @@ func (s *Server) joinOnce(ctx context.Context, addr string, relayKey identity.Pu
 		}()
 		return joinedAt, sess, errRelayDraining
 	}
+}
+
+// joinError is what a relay's answer to relay/join means for Join: the id
+// live elsewhere (ErrAlreadyJoined, retried), a revoked key (refused for
+// good), a temporary or internal trouble of the relay's (retried: the
+// *protocol.Error itself), or a refusal (ErrJoinRefused). A relay that
+// sends no kinds is refused, as before kinds.
+func joinError(e *protocol.Error) error {
+	switch e.Code {
+	case protocol.CodeRelayAlreadyJoined:
+		return fmt.Errorf("%w: %s", ErrAlreadyJoined, e.Message)
+	case protocol.CodeRelayKeyRevoked:
+		return fmt.Errorf("%w: %w: %w", ErrJoinRefused, ErrKeyRevoked, e)
+	}
+	switch e.Kind() {
+	case protocol.KindExhausted, protocol.KindUnavailable, protocol.KindInternal:
+		return fmt.Errorf("relay/join: %w", e)
+	}
+	return fmt.Errorf("%w: %w", ErrJoinRefused, e)
 }
 
 // serveRelayed serves every client stream the relay opens: each is a

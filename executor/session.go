@@ -5,12 +5,16 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
+	"os/exec"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"go.uber.org/zap"
 
+	"github.com/outpost-exec/outpost/pathmap"
 	"github.com/outpost-exec/outpost/protocol"
 	"github.com/outpost-exec/outpost/sandbox"
 )
@@ -64,10 +68,10 @@ func (s *Session) attach(sink eventSink) (*attachment, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.ended {
-		return nil, protocol.Errorf(protocol.CodeInvalidRequest, "unknown session id %s", s.id)
+		return nil, protocol.KindErrorf(protocol.KindUnknownSession, protocol.CodeInvalidRequest, "unknown session id %s", s.id)
 	}
 	if s.attached != nil {
-		return nil, protocol.Errorf(protocol.CodeSessionAlreadyAttached, "session %s is already attached to another connection", s.id)
+		return nil, protocol.KindErrorf(protocol.KindUnavailable, protocol.CodeSessionAlreadyAttached, "session %s is already attached to another connection", s.id)
 	}
 	if s.expiry != nil {
 		s.expiry.Stop()
@@ -137,23 +141,23 @@ func (s *Session) end(onlyDetached bool) []Process {
 func (s *Session) validateStart(p *protocol.ExecParams) error {
 	switch {
 	case p.ProcessID == "":
-		return protocol.Errorf(protocol.CodeInvalidParams, "processId must not be empty")
+		return protocol.KindErrorf(protocol.KindInvalid, protocol.CodeInvalidParams, "processId must not be empty")
 	case len(p.ProcessID) > MaxProcessIDBytes:
-		return protocol.Errorf(protocol.CodeInvalidParams, "processId must be at most %d bytes", MaxProcessIDBytes)
+		return protocol.KindErrorf(protocol.KindInvalid, protocol.CodeInvalidParams, "processId must be at most %d bytes", MaxProcessIDBytes)
 	case len(p.Argv) == 0:
-		return protocol.Errorf(protocol.CodeInvalidParams, "argv must not be empty")
+		return protocol.KindErrorf(protocol.KindInvalid, protocol.CodeInvalidParams, "argv must not be empty")
 	case p.Argv[0] == "":
-		return protocol.Errorf(protocol.CodeInvalidParams, "argv[0] must not be empty")
+		return protocol.KindErrorf(protocol.KindInvalid, protocol.CodeInvalidParams, "argv[0] must not be empty")
 	case p.EnforceManagedNetwork || p.ManagedNetwork != nil:
-		return protocol.Errorf(protocol.CodeInvalidRequest, "managed network cannot be enforced on this executor: not supported")
+		return protocol.KindErrorf(protocol.KindUnsupported, protocol.CodeInvalidRequest, "managed network cannot be enforced on this executor: not supported")
 	}
 	for i, a := range p.Argv {
 		if strings.ContainsRune(a, 0) {
-			return protocol.Errorf(protocol.CodeInvalidParams, "argv[%d] contains a NUL byte", i)
+			return protocol.KindErrorf(protocol.KindInvalid, protocol.CodeInvalidParams, "argv[%d] contains a NUL byte", i)
 		}
 	}
 	if p.Arg0 != nil && strings.ContainsRune(*p.Arg0, 0) {
-		return protocol.Errorf(protocol.CodeInvalidParams, "arg0 contains a NUL byte")
+		return protocol.KindErrorf(protocol.KindInvalid, protocol.CodeInvalidParams, "arg0 contains a NUL byte")
 	}
 	return nil
 }
@@ -163,13 +167,13 @@ func (s *Session) prepare(p *protocol.ExecParams) (Spec, error) {
 	dir, err := NativeDir(p.Cwd, s.srv.cfg.DefaultCwd, s.srv.translate)
 	if err != nil {
 		if errors.Is(err, ErrForeignPath) {
-			return Spec{}, protocol.Errorf(protocol.CodeInvalidParams, "cwd URI `%s` is not valid on this exec-server host: %v", p.Cwd, err)
+			return Spec{}, protocol.KindErrorf(protocol.KindInvalid, protocol.CodeInvalidParams, "cwd URI `%s` is not valid on this exec-server host: %v", p.Cwd, err)
 		}
-		return Spec{}, protocol.Errorf(protocol.CodeInvalidParams, "%v", err)
+		return Spec{}, protocol.KindErrorf(errKind(err, protocol.KindInvalid), protocol.CodeInvalidParams, "%v", err)
 	}
 	env, err := ChildEnv(p.EnvPolicy, p.Env, s.srv.cfg.BaseEnv)
 	if err != nil {
-		return Spec{}, protocol.Errorf(protocol.CodeInvalidParams, "%v", err)
+		return Spec{}, protocol.KindErrorf(protocol.KindInvalid, protocol.CodeInvalidParams, "%v", err)
 	}
 	spec := Spec{Argv: p.Argv, Dir: dir, Env: env, Tty: p.Tty, PipeStdin: p.PipeStdin, Rows: p.Rows, Cols: p.Cols}
 	if p.Arg0 != nil {
@@ -186,11 +190,11 @@ func (s *Session) prepare(p *protocol.ExecParams) (Spec, error) {
 func (s *Session) sandboxed(p *protocol.ExecParams, spec Spec) (Spec, error) {
 	raw, err := json.Marshal(p.Sandbox)
 	if err != nil {
-		return Spec{}, protocol.Errorf(protocol.CodeInvalidParams, "invalid params for process/start: sandbox: %v", err)
+		return Spec{}, protocol.KindErrorf(protocol.KindInvalid, protocol.CodeInvalidParams, "invalid params for process/start: sandbox: %v", err)
 	}
 	sctx, err := sandbox.ParseContext(raw)
 	if err != nil {
-		return Spec{}, protocol.Errorf(protocol.CodeInvalidParams, "invalid params for process/start: %v", err)
+		return Spec{}, protocol.KindErrorf(protocol.KindInvalid, protocol.CodeInvalidParams, "invalid params for process/start: %v", err)
 	}
 	req := sandbox.Request{Argv: spec.Argv, Arg0: spec.Arg0, Dir: spec.Dir, Env: spec.Env, Policy: sctx.Policy,
 		Limits: s.srv.cfg.SandboxLimits, Translate: s.srv.translate, User: s.srv.cfg.SandboxUser, Hidden: s.srv.cfg.SandboxHidden,
@@ -201,7 +205,7 @@ func (s *Session) sandboxed(p *protocol.ExecParams, spec Spec) (Spec, error) {
 		for _, r := range sctx.WorkspaceRoots {
 			n, err := s.srv.translate(r)
 			if err != nil {
-				return Spec{}, protocol.Errorf(protocol.CodeInvalidParams, "invalid params for process/start: sandbox workspaceRoots: %v", err)
+				return Spec{}, protocol.KindErrorf(protocol.KindInvalid, protocol.CodeInvalidParams, "invalid params for process/start: sandbox workspaceRoots: %v", err)
 			}
 			req.ProjectRoots = append(req.ProjectRoots, n)
 		}
@@ -210,9 +214,9 @@ func (s *Session) sandboxed(p *protocol.ExecParams, spec Spec) (Spec, error) {
 	prep, err := sandbox.Prepare(req, caps)
 	if err != nil {
 		if errors.Is(err, sandbox.ErrCannotEnforce) {
-			return Spec{}, protocol.Errorf(protocol.CodeInvalidRequest, "%v", err)
+			return Spec{}, protocol.KindErrorf(protocol.KindUnsupported, protocol.CodeInvalidRequest, "%v", err)
 		}
-		return Spec{}, protocol.Errorf(protocol.CodeInvalidParams, "invalid params for process/start: %v", err)
+		return Spec{}, protocol.KindErrorf(errKind(err, protocol.KindInvalid), protocol.CodeInvalidParams, "invalid params for process/start: %v", err)
 	}
 	spec.Argv, spec.Arg0, spec.Env, spec.Path, spec.Dir = prep.Argv, prep.Arg0, prep.Env, prep.Path, prep.Dir
 	spec.Sandboxed, spec.SandboxType = prep.SandboxType == sandbox.TypeLinux, prep.SandboxType
@@ -254,13 +258,13 @@ func (s *Session) Start(ctx context.Context, p protocol.ExecParams) (res protoco
 	switch {
 	case s.ended:
 		s.mu.Unlock()
-		return protocol.StartResult{}, protocol.Errorf(protocol.CodeInvalidRequest, "session %s has ended", s.id)
+		return protocol.StartResult{}, protocol.KindErrorf(protocol.KindUnknownSession, protocol.CodeInvalidRequest, "session %s has ended", s.id)
 	case s.procs[id] != nil:
 		s.mu.Unlock()
-		return protocol.StartResult{}, protocol.Errorf(protocol.CodeInvalidRequest, "process %s already exists", id)
+		return protocol.StartResult{}, protocol.KindErrorf(protocol.KindInvalid, protocol.CodeInvalidRequest, "process %s already exists", id)
 	case len(s.procs) >= s.srv.cfg.MaxProcessesPerSession && !s.evictOldestClosedLocked():
 		s.mu.Unlock()
-		return protocol.StartResult{}, protocol.Errorf(protocol.CodeInvalidRequest,
+		return protocol.StartResult{}, protocol.KindErrorf(protocol.KindExhausted, protocol.CodeInvalidRequest,
 			"too many processes in this session (limit %d running or starting)", s.srv.cfg.MaxProcessesPerSession)
 	}
 	s.procs[id] = entry
@@ -275,12 +279,12 @@ func (s *Session) Start(ctx context.Context, p protocol.ExecParams) (res protoco
 			delete(s.procs, id)
 		}
 		s.mu.Unlock()
-		return protocol.StartResult{}, protocol.Errorf(protocol.CodeInternal, "%v", err)
+		return protocol.StartResult{}, protocol.KindErrorf(startErrKind(spec, err), protocol.CodeInternal, "%v", err)
 	}
 	if !mine || s.ended {
 		s.mu.Unlock()
 		proc.Kill()
-		return protocol.StartResult{}, protocol.Errorf(protocol.CodeInvalidRequest, "process %s start was cancelled", id)
+		return protocol.StartResult{}, protocol.KindErrorf(protocol.KindInvalid, protocol.CodeInvalidRequest, "process %s start was cancelled", id)
 	}
 	entry.proc = proc
 	pid := 0
@@ -360,10 +364,10 @@ func (s *Session) lookup(id string) *procEntry {
 func (s *Session) Read(ctx context.Context, p protocol.ReadParams, cancel <-chan struct{}) (protocol.ReadResult, error) {
 	e := s.lookup(p.ProcessID)
 	if e == nil {
-		return protocol.ReadResult{}, protocol.Errorf(protocol.CodeInvalidRequest, "unknown process id %s", p.ProcessID)
+		return protocol.ReadResult{}, protocol.KindErrorf(protocol.KindNotFound, protocol.CodeInvalidRequest, "unknown process id %s", p.ProcessID)
 	}
 	if e.proc == nil {
-		return protocol.ReadResult{}, protocol.Errorf(protocol.CodeInvalidRequest, "process id %s is starting", p.ProcessID)
+		return protocol.ReadResult{}, protocol.KindErrorf(protocol.KindUnavailable, protocol.CodeInvalidRequest, "process id %s is starting", p.ProcessID)
 	}
 	req := ReadRequest{MaxBytes: -1, Cancel: cancel}
 	if p.AfterSeq != nil {
@@ -377,7 +381,7 @@ func (s *Session) Read(ctx context.Context, p protocol.ReadParams, cancel <-chan
 	}
 	res, err := e.proc.Log().Read(ctx, req)
 	if errors.Is(err, ErrReadCancelled) {
-		return res, protocol.Errorf(protocol.CodeInvalidRequest, "%v", err)
+		return res, protocol.KindErrorf(protocol.KindUnavailable, protocol.CodeInvalidRequest, "%v", err)
 	}
 	return res, err
 }
@@ -387,7 +391,7 @@ func (s *Session) Write(p protocol.WriteParams) (protocol.WriteResult, error) {
 	writeID := ""
 	if p.WriteID != nil {
 		if *p.WriteID == "" {
-			return protocol.WriteResult{}, protocol.Errorf(protocol.CodeInvalidParams, "writeId must not be empty")
+			return protocol.WriteResult{}, protocol.KindErrorf(protocol.KindInvalid, protocol.CodeInvalidParams, "writeId must not be empty")
 		}
 		writeID = *p.WriteID
 	}
@@ -400,7 +404,7 @@ func (s *Session) Write(p protocol.WriteParams) (protocol.WriteResult, error) {
 	}
 	st, err := e.proc.Write(p.Chunk, writeID, p.CloseStdin)
 	if err != nil {
-		return protocol.WriteResult{}, protocol.Errorf(protocol.CodeInternal, "failed to write to process stdin: %v", err)
+		return protocol.WriteResult{}, protocol.KindErrorf(errKind(err, protocol.KindInternal), protocol.CodeInternal, "failed to write to process stdin: %v", err)
 	}
 	return protocol.WriteResult{Status: st}, nil
 }
@@ -409,14 +413,14 @@ func (s *Session) Write(p protocol.WriteParams) (protocol.WriteResult, error) {
 func (s *Session) Signal(p protocol.SignalParams) error {
 	sig, ok := protocol.ParseSignal(p.Signal)
 	if !ok {
-		return protocol.Errorf(protocol.CodeInvalidParams, "unknown signal %q; expected one of %v", p.Signal, protocol.Signals)
+		return protocol.KindErrorf(protocol.KindInvalid, protocol.CodeInvalidParams, "unknown signal %q; expected one of %v", p.Signal, protocol.Signals)
 	}
 	e := s.lookup(p.ProcessID)
 	if e == nil || e.proc == nil {
 		return nil
 	}
 	if err := e.proc.Signal(sig); err != nil {
-		return protocol.Errorf(protocol.CodeInternal, "failed to signal process: %v", err)
+		return protocol.KindErrorf(errKind(err, protocol.KindInternal), protocol.CodeInternal, "failed to signal process: %v", err)
 	}
 	return nil
 }
@@ -441,20 +445,67 @@ func (s *Session) Terminate(p protocol.TerminateParams) protocol.TerminateResult
 // Resize answers process/resize.
 func (s *Session) Resize(p protocol.ResizeParams) error {
 	if p.Rows == 0 || p.Cols == 0 {
-		return protocol.Errorf(protocol.CodeInvalidParams, "rows and cols must be positive")
+		return protocol.KindErrorf(protocol.KindInvalid, protocol.CodeInvalidParams, "rows and cols must be positive")
 	}
 	e := s.lookup(p.ProcessID)
 	switch {
 	case e == nil:
-		return protocol.Errorf(protocol.CodeInvalidRequest, "unknown process id %s", p.ProcessID)
+		return protocol.KindErrorf(protocol.KindNotFound, protocol.CodeInvalidRequest, "unknown process id %s", p.ProcessID)
 	case e.proc == nil:
-		return protocol.Errorf(protocol.CodeInvalidRequest, "process id %s is starting", p.ProcessID)
+		return protocol.KindErrorf(protocol.KindUnavailable, protocol.CodeInvalidRequest, "process id %s is starting", p.ProcessID)
 	}
 	if err := e.proc.Resize(p.Rows, p.Cols); err != nil {
 		if errors.Is(err, ErrNotTTY) {
-			return protocol.Errorf(protocol.CodeInvalidRequest, "process %s is not a tty", p.ProcessID)
+			return protocol.KindErrorf(protocol.KindInvalid, protocol.CodeInvalidRequest, "process %s is not a tty", p.ProcessID)
 		}
-		return protocol.Errorf(protocol.CodeInternal, "%v", fmt.Errorf("resize: %w", err))
+		return protocol.KindErrorf(errKind(err, protocol.KindInternal), protocol.CodeInternal, "%v", fmt.Errorf("resize: %w", err))
 	}
 	return nil
+}
+
+// errKind is the kind of an error from the system, the backend or the
+// sandbox package, decided by what it wraps (errors.Is), never by its text;
+// fallback when nothing says more.
+func errKind(err error, fallback protocol.Kind) protocol.Kind {
+	switch {
+	case errors.Is(err, sandbox.ErrCannotEnforce):
+		return protocol.KindUnsupported
+	case errors.Is(err, sandbox.ErrTooManyToProtect), errors.Is(err, sandbox.ErrGlobTooBroad), errors.Is(err, syscall.EFBIG):
+		return protocol.KindTooLarge
+	case errors.Is(err, sandbox.ErrSymlinkedWorkspace), errors.Is(err, sandbox.ErrNotAbsolute), errors.Is(err, sandbox.ErrRootSandboxUser),
+		errors.Is(err, ErrForeignPath), errors.Is(err, pathmap.ErrEscape), errors.Is(err, ErrNotTTY):
+		return protocol.KindInvalid
+	case errors.Is(err, ErrStdinQueueFull), errors.Is(err, syscall.EAGAIN), errors.Is(err, syscall.ENOSPC), errors.Is(err, syscall.EDQUOT),
+		errors.Is(err, syscall.EMFILE), errors.Is(err, syscall.ENFILE), errors.Is(err, syscall.ENOMEM):
+		return protocol.KindExhausted
+	case errors.Is(err, fs.ErrNotExist), errors.Is(err, exec.ErrNotFound):
+		return protocol.KindNotFound
+	case errors.Is(err, fs.ErrPermission), errors.Is(err, syscall.EROFS):
+		return protocol.KindPermission
+	case errors.Is(err, fs.ErrExist), errors.Is(err, syscall.EINVAL), errors.Is(err, syscall.EISDIR), errors.Is(err, syscall.ENOTDIR),
+		errors.Is(err, syscall.ENOTEMPTY), errors.Is(err, syscall.ELOOP), errors.Is(err, syscall.ENAMETOOLONG):
+		return protocol.KindInvalid
+	}
+	return fallback
+}
+
+// startErrKind is the kind of the backend's refusal to start spec: by what
+// the error wraps (a missing program or cwd is not_found, a sandbox this
+// machine cannot enforce unsupported), else internal.
+//
+// LocalBackend's PATH lookup reports a program found in no directory of
+// the child's PATH with an error that wraps nothing; for a bare name (no
+// '/') the lookup is asked again, and a second miss is not_found — decided
+// by the file system, not by the message. (Once that error wraps
+// exec.ErrNotFound, this fallback can go.)
+func startErrKind(spec Spec, err error) protocol.Kind {
+	if k := errKind(err, ""); k != "" {
+		return k
+	}
+	if spec.Path == "" && len(spec.Argv) > 0 && spec.Argv[0] != "" && !strings.ContainsRune(spec.Argv[0], '/') {
+		if _, lerr := lookPath(spec.Argv[0], spec.Env, spec.Dir); lerr != nil {
+			return protocol.KindNotFound
+		}
+	}
+	return protocol.KindInternal
 }

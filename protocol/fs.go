@@ -11,7 +11,10 @@ package protocol
 //
 // Errors: a missing path is CodeNotFound (-32004); a denied, invalid or
 // too large request CodeInvalidRequest (-32600); anything else
-// CodeInternal (-32603). Messages name the path.
+// CodeInternal (-32603). Messages name the path. The kind tells what the
+// code cannot: KindNotFound, KindPermission (a policy or the file
+// system's permissions), KindInvalid, KindTooLarge, KindExhausted (too
+// many handles, a full disk), KindInternal.
 const (
 	MethodFsReadFile        = "fs/readFile"
 	MethodFsWriteFile       = "fs/writeFile"

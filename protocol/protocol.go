@@ -90,7 +90,8 @@ const (
 )
 
 // Error is a JSON-RPC error object. It implements error so handlers can
-// return it directly.
+// return it directly. Data, when outpost sends the error, is ErrorData:
+// the error's Kind (see KindErrorf and KindOf).
 type Error struct {
 	Code    int    `json:"code" msgpack:"code"`
 	Message string `json:"message" msgpack:"message"`
@@ -99,7 +100,8 @@ type Error struct {
 
 func (e *Error) Error() string { return e.Message }
 
-// Errorf builds an *Error.
+// Errorf builds an *Error without a kind. outpost's own errors are built
+// with KindErrorf; Errorf is for errors that have none to give.
 func Errorf(code int, format string, args ...any) *Error {
 	return &Error{Code: code, Message: fmt.Sprintf(format, args...)}
 }

@@ -144,6 +144,9 @@ type ReadResult struct {
 	CloseSeq uint64 `json:"closeSeq,omitempty" msgpack:"closeSeq,omitempty"`
 	// Limit is as in ExitedNotification (outpost addition).
 	Limit string `json:"limit,omitempty" msgpack:"limit,omitempty"`
+	// Signal is as in ExitedNotification: the signal that killed the
+	// process, omitted while it runs and when it exited (outpost addition).
+	Signal int32 `json:"signal,omitempty" msgpack:"signal,omitempty"`
 }
 
 // WriteParams are the params of process/write.

@@ -36,6 +36,12 @@
 // revoked meanwhile, so a revocation made by another process takes effect
 // within about a second.
 //
+// Every refusal carries its kind (protocol.KindOf): refused for tokens,
+// ACLs and keys; exhausted for a full relay or an executor's stream limit;
+// unavailable for an offline executor or a relay shutting down (connect
+// again); invalid and unsupported for bad requests. A joining executor
+// retries the temporary ones and gives up on a refusal.
+//
 // Bounds: Config.MaxExecutors joined executors, Config.MaxConnections TCP
 // connections (and Config.MaxHandshakes in progress); per executor, its
 // yamux stream limit; per spliced stream, two goroutines and a copy buffer
@@ -59,6 +65,7 @@ import (
 	"github.com/coder/websocket"
 	"github.com/flynn/noise"
 	"github.com/hashicorp/yamux"
+	bolt "go.etcd.io/bbolt"
 	"go.uber.org/zap"
 
 	"github.com/outpost-exec/outpost/identity"
@@ -173,6 +180,32 @@ var (
 // ErrAlreadyJoined refuses a join: the id is joined, with the same key, on
 // another session that still answers (see the package comment).
 var ErrAlreadyJoined = errors.New("executor id is already joined from another connection with this key")
+
+// errJoinTokenNeeded refuses the first join of an id without a join token.
+var errJoinTokenNeeded = errors.New("a join token is needed the first time an executor joins")
+
+// refusalKind is the kind of a token or key check's failure: refused for
+// credentials that will not do, unavailable while another process holds
+// the token store, internal for anything else the store fails with.
+func refusalKind(err error) protocol.Kind {
+	switch {
+	case errors.Is(err, ErrTokenUnknown), errors.Is(err, ErrTokenExpired), errors.Is(err, ErrTokenRevoked),
+		errors.Is(err, ErrTokenUsedUp), errors.Is(err, ErrTokenKind), errors.Is(err, ErrExecutorKeyMismatch),
+		errors.Is(err, ErrKeyRevoked), errors.Is(err, errJoinTokenNeeded):
+		return protocol.KindRefused
+	case errors.Is(err, bolt.ErrTimeout):
+		return protocol.KindUnavailable
+	}
+	return protocol.KindInternal
+}
+
+// malformedKind is the kind of an undecodable request's refusal.
+func malformedKind(err error) protocol.Kind {
+	if errors.Is(err, transport.ErrMessageTooLarge) {
+		return protocol.KindTooLarge
+	}
+	return protocol.KindInvalid
+}
 
 // errRelayFull and errDraining refuse a join for the relay's own reasons.
 var (
@@ -396,12 +429,12 @@ func (s *Server) serve(ctx context.Context, c net.Conn, hs chan struct{}) {
 	var malformed *transport.MalformedError
 	switch {
 	case errors.As(err, &malformed):
-		mc.WriteError(ctx, transport.MalformedID, protocol.Errorf(protocol.CodeInvalidRequest, "relay: %v", err))
+		mc.WriteError(ctx, transport.MalformedID, protocol.KindErrorf(malformedKind(err), protocol.CodeInvalidRequest, "relay: %v", err))
 		return
 	case err != nil:
 		return
 	case m.Kind != transport.KindRequest:
-		mc.WriteError(ctx, transport.MalformedID, protocol.Errorf(protocol.CodeInvalidRequest, "relay: the first message must be a request"))
+		mc.WriteError(ctx, transport.MalformedID, protocol.KindErrorf(protocol.KindInvalid, protocol.CodeInvalidRequest, "relay: the first message must be a request"))
 		return
 	}
 	var peer [32]byte
@@ -414,7 +447,7 @@ func (s *Server) serve(ctx context.Context, c net.Conn, hs chan struct{}) {
 	case protocol.MethodRelayExecutors:
 		s.list(ctx, mc, m)
 	default:
-		mc.WriteError(ctx, m.ID, protocol.Errorf(protocol.CodeMethodNotFound, "relay: unknown method %q", m.Method))
+		mc.WriteError(ctx, m.ID, protocol.KindErrorf(protocol.KindUnsupported, protocol.CodeMethodNotFound, "relay: unknown method %q", m.Method))
 	}
 }
 
@@ -428,13 +461,13 @@ func (s *Server) join(ctx context.Context, sess *yamux.Session, ctl net.Conn, mc
 	if errors.Is(err, ErrKeyRevoked) {
 		s.revokedJoins.Add(1)
 		s.log.Warn("executor join refused: its key is revoked", zap.String("executor", p.ExecutorID), zap.String("remote", remote), zap.String("fingerprint", fingerprint(peer)))
-		mc.WriteError(ctx, m.ID, protocol.Errorf(protocol.CodeRelayKeyRevoked,
+		mc.WriteError(ctx, m.ID, protocol.KindErrorf(protocol.KindRefused, protocol.CodeRelayKeyRevoked,
 			"relay/join: executor key %s has been revoked on this relay and can never join again; make a new key (remove executor.key) and join with a new join token", fingerprint(peer)))
 		return
 	}
 	if err != nil {
 		s.log.Info("executor join refused", zap.String("executor", p.ExecutorID), zap.Error(err))
-		mc.WriteError(ctx, m.ID, protocol.Errorf(protocol.CodeInvalidRequest, "relay/join: %v", err))
+		mc.WriteError(ctx, m.ID, protocol.KindErrorf(refusalKind(err), protocol.CodeInvalidRequest, "relay/join: %v", err))
 		return
 	}
 	j := &joined{id: p.ExecutorID, key: peer, labels: p.Labels, version: p.Version, since: time.Now(), sess: sess, ctl: ctl, mc: mc, remote: remote, checkedSeq: seq}
@@ -442,17 +475,18 @@ func (s *Server) join(ctx context.Context, sess *yamux.Session, ctl net.Conn, mc
 	switch {
 	case err == nil:
 	case errors.Is(err, errDraining), ctx.Err() != nil:
-		// No reply: an error would read as a refusal, and the executor
-		// would give up instead of retrying against our successor.
+		// No reply: an executor that predates error kinds reads any error
+		// as a refusal, and would give up instead of retrying against our
+		// successor.
 		return
 	case errors.Is(err, errRelayFull):
-		mc.WriteError(ctx, m.ID, protocol.Errorf(protocol.CodeInvalidRequest, "relay/join: this relay is full (%d executors)", s.cfg.MaxExecutors))
+		mc.WriteError(ctx, m.ID, protocol.KindErrorf(protocol.KindExhausted, protocol.CodeInvalidRequest, "relay/join: this relay is full (%d executors)", s.cfg.MaxExecutors))
 		return
 	case errors.Is(err, ErrAlreadyJoined):
 		s.duplicateJoins.Add(1)
 		s.log.Warn("duplicate executor join refused: the id is joined, and answering, on another connection with the same key; if the executor is not reconnecting from there, its key is stolen: revoke it with `outpost executors revoke`",
 			zap.String("executor", j.id), zap.String("remote", remote), zap.String("fingerprint", fingerprint(peer)), zap.String("joined_from", holder))
-		mc.WriteError(ctx, m.ID, protocol.Errorf(protocol.CodeRelayAlreadyJoined, "relay/join: executor id %s is already joined from another connection with this key", j.id))
+		mc.WriteError(ctx, m.ID, protocol.KindErrorf(protocol.KindRefused, protocol.CodeRelayAlreadyJoined, "relay/join: executor id %s is already joined from another connection with this key", j.id))
 		return
 	default:
 		return
@@ -581,7 +615,7 @@ func (s *Server) authorizeJoin(p protocol.RelayJoinParams, peer [32]byte) (uint6
 		return st.Seq, nil // known key: no token needed
 	}
 	if p.Token == "" {
-		return 0, errors.New("a join token is needed the first time an executor joins")
+		return 0, errJoinTokenNeeded
 	}
 	if _, err := s.redeem(TokenJoin, p.Token); err != nil {
 		return 0, err
@@ -679,11 +713,11 @@ func (s *Server) connect(ctx context.Context, ctl net.Conn, mc *transport.Msgpac
 	}
 	tok, err := s.redeem(TokenClient, p.Token)
 	if err != nil {
-		mc.WriteError(ctx, m.ID, protocol.Errorf(protocol.CodeInvalidRequest, "relay/connect: %v", err))
+		mc.WriteError(ctx, m.ID, protocol.KindErrorf(refusalKind(err), protocol.CodeInvalidRequest, "relay/connect: %v", err))
 		return
 	}
 	if !tok.AllowsExecutor(p.ExecutorID) {
-		mc.WriteError(ctx, m.ID, protocol.Errorf(protocol.CodeInvalidRequest, "relay/connect: %v: %s", ErrNotAllowed, p.ExecutorID))
+		mc.WriteError(ctx, m.ID, protocol.KindErrorf(protocol.KindRefused, protocol.CodeInvalidRequest, "relay/connect: %v: %s", ErrNotAllowed, p.ExecutorID))
 		return
 	}
 	s.mu.Lock()
@@ -696,15 +730,15 @@ func (s *Server) connect(ctx context.Context, ctl net.Conn, mc *transport.Msgpac
 	}
 	s.mu.Unlock()
 	if draining {
-		mc.WriteError(ctx, m.ID, protocol.Errorf(protocol.CodeInvalidRequest, "relay/connect: %v; connect again", ErrShuttingDown))
+		mc.WriteError(ctx, m.ID, protocol.KindErrorf(protocol.KindUnavailable, protocol.CodeInvalidRequest, "relay/connect: %v; connect again", ErrShuttingDown))
 		return
 	}
 	if j == nil {
-		mc.WriteError(ctx, m.ID, protocol.Errorf(protocol.CodeNotFound, "relay/connect: executor %s is offline", p.ExecutorID))
+		mc.WriteError(ctx, m.ID, protocol.KindErrorf(protocol.KindUnavailable, protocol.CodeNotFound, "relay/connect: executor %s is offline", p.ExecutorID))
 		return
 	}
 	if full {
-		mc.WriteError(ctx, m.ID, protocol.Errorf(protocol.CodeInvalidRequest, "relay/connect: executor %s has %d connections, the most this relay allows", p.ExecutorID, s.cfg.MaxStreamsPerExecutor))
+		mc.WriteError(ctx, m.ID, protocol.KindErrorf(protocol.KindExhausted, protocol.CodeInvalidRequest, "relay/connect: executor %s has %d connections, the most this relay allows", p.ExecutorID, s.cfg.MaxStreamsPerExecutor))
 		return
 	}
 	defer func() {
@@ -718,7 +752,7 @@ func (s *Server) connect(ctx context.Context, ctl net.Conn, mc *transport.Msgpac
 	}()
 	up, err := j.sess.OpenStream()
 	if err != nil {
-		mc.WriteError(ctx, m.ID, protocol.Errorf(protocol.CodeNotFound, "relay/connect: executor %s is offline", p.ExecutorID))
+		mc.WriteError(ctx, m.ID, protocol.KindErrorf(protocol.KindUnavailable, protocol.CodeNotFound, "relay/connect: executor %s is offline", p.ExecutorID))
 		return
 	}
 	defer up.Close()
@@ -736,7 +770,7 @@ func (s *Server) list(ctx context.Context, mc *transport.MsgpackConn, m *transpo
 	}
 	tok, err := s.redeem(TokenClient, p.Token)
 	if err != nil {
-		mc.WriteError(ctx, m.ID, protocol.Errorf(protocol.CodeInvalidRequest, "relay/executors: %v", err))
+		mc.WriteError(ctx, m.ID, protocol.KindErrorf(refusalKind(err), protocol.CodeInvalidRequest, "relay/executors: %v", err))
 		return
 	}
 	s.mu.Lock()
@@ -777,10 +811,10 @@ func validExecutorID(id string) bool {
 func parseJoin(m *transport.Message) (protocol.RelayJoinParams, *protocol.Error) {
 	var p protocol.RelayJoinParams
 	if m.Params == nil || m.Params.Decode(&p) != nil || !validExecutorID(p.ExecutorID) {
-		return p, protocol.Errorf(protocol.CodeInvalidParams, "relay/join: a valid executorId is required (1-%d bytes, no spaces, '/' or control characters)", maxExecutorIDLen)
+		return p, protocol.KindErrorf(protocol.KindInvalid, protocol.CodeInvalidParams, "relay/join: a valid executorId is required (1-%d bytes, no spaces, '/' or control characters)", maxExecutorIDLen)
 	}
 	if len(p.Labels) > maxLabels {
-		return p, protocol.Errorf(protocol.CodeInvalidParams, "relay/join: at most %d labels", maxLabels)
+		return p, protocol.KindErrorf(protocol.KindInvalid, protocol.CodeInvalidParams, "relay/join: at most %d labels", maxLabels)
 	}
 	return p, nil
 }
@@ -788,7 +822,7 @@ func parseJoin(m *transport.Message) (protocol.RelayJoinParams, *protocol.Error)
 func parseConnect(m *transport.Message) (protocol.RelayConnectParams, *protocol.Error) {
 	var p protocol.RelayConnectParams
 	if m.Params == nil || m.Params.Decode(&p) != nil || !validExecutorID(p.ExecutorID) {
-		return p, protocol.Errorf(protocol.CodeInvalidParams, "relay/connect: a valid executorId is required")
+		return p, protocol.KindErrorf(protocol.KindInvalid, protocol.CodeInvalidParams, "relay/connect: a valid executorId is required")
 	}
 	return p, nil
 }
@@ -796,7 +830,7 @@ func parseConnect(m *transport.Message) (protocol.RelayConnectParams, *protocol.
 func parseList(m *transport.Message) (protocol.RelayExecutorsParams, *protocol.Error) {
 	var p protocol.RelayExecutorsParams
 	if m.Params == nil || m.Params.Decode(&p) != nil {
-		return p, protocol.Errorf(protocol.CodeInvalidParams, "relay/executors: params must be {token}")
+		return p, protocol.KindErrorf(protocol.KindInvalid, protocol.CodeInvalidParams, "relay/executors: params must be {token}")
 	}
 	return p, nil
 }

@@ -20,7 +20,10 @@ import (
 //	request       {"id": 1, "method": "process/start", "params": {...}}
 //	notification  {"method": "process/output", "params": {...}}
 //	response      {"id": 1, "result": {...}}
-//	error         {"id": 1, "error": {"code": -32602, "message": "..."}}
+//	error         {"id": 1, "error": {"code": -32602, "message": "...", "data": {"kind": "invalid"}}}
+//
+// An error's data, when outpost sends it, is protocol.ErrorData: its kind
+// (protocol.KindOf reads it back); codex sends none and ignores it.
 //
 // Ids are integers or strings. A message is at most
 // protocol.MaxMessageBytes long and holds at most protocol.MaxJSONValues

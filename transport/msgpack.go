@@ -36,7 +36,9 @@ import (
 // a string, and nil exactly for notifications. method is a string, not
 // empty for requests and notifications, empty for responses. payload is
 // any msgpack value; structs travel as maps keyed by their msgpack tags,
-// []byte as bin. An error object is a map: protocol.Error's msgpack tags.
+// []byte as bin. An error object is a map: protocol.Error's msgpack tags;
+// outpost's errors carry data {kind: "..."} (protocol.ErrorData), which a
+// reader keeps as a map[string]any for protocol.KindOf.
 //
 // Any integer width is accepted for kind and id, and any str width for id
 // and method. An error object's data that is valid msgpack but does not

@@ -241,16 +241,19 @@ func cmdExec(args []string, stdout, stderr io.Writer) int {
 	}
 }
 
+// startFailure reports a refused start and chooses the exit code by the
+// executor's error kind: not enforceable here (122), not found (127), any
+// other refusal (126); no answer at all is a transport failure (121).
 func startFailure(err error, stderr io.Writer) int {
-	msg := err.Error()
-	fmt.Fprintf(stderr, "outpost exec: %s\n", msg)
+	fmt.Fprintf(stderr, "outpost exec: %v\n", err)
 	var pe *protocol.Error
-	switch {
-	case !errors.As(err, &pe):
+	if !errors.As(err, &pe) {
 		return exitTransport
-	case strings.Contains(msg, "sandbox"):
+	}
+	switch pe.Kind() {
+	case protocol.KindUnsupported:
 		return exitSandbox
-	case strings.Contains(msg, "not found"), strings.Contains(msg, "no such file"):
+	case protocol.KindNotFound:
 		return exitNotFound
 	}
 	return exitSpawn
