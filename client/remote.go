@@ -112,7 +112,7 @@ func (r *Remote) connect(ctx context.Context, sid string) (_ *conn, _ string, er
 	if err != nil {
 		return nil, "", err
 	}
-	params := protocol.InitializeParams{ClientName: r.opts.clientName()}
+	params := protocol.InitializeParams{ClientName: r.opts.clientName(), ProtocolVersion: protocol.Version}
 	params.TraceParent, params.TraceState = tracing.Inject(ctx)
 	if sid != "" {
 		params.ResumeSessionID = &sid

@@ -328,6 +328,10 @@ func (c *serverConn) initialize(m *transport.Message) (any, error) {
 	if err := decode(m, &p, false); err != nil {
 		return nil, err
 	}
+	if p.ProtocolVersion != 0 && p.ProtocolVersion != protocol.Version {
+		return nil, protocol.KindErrorf(protocol.KindUnsupported, protocol.CodeInvalidRequest,
+			"this executor speaks outpost protocol version %d, the client %d: upgrade the older side", protocol.Version, p.ProtocolVersion)
+	}
 	var sess *Session
 	if p.ResumeSessionID != nil {
 		sess = c.srv.lookup(*p.ResumeSessionID)
@@ -347,7 +351,11 @@ func (c *serverConn) initialize(m *transport.Message) (any, error) {
 	c.session, c.attach, c.state = sess, a, stateInitialized
 	c.traceHandshake(p)
 	c.log.Debug("session attached", zap.String("session", sess.id), zap.String("client", p.ClientName), zap.Bool("resumed", p.ResumeSessionID != nil))
-	return protocol.InitializeResult{SessionID: sess.id}, nil
+	res := protocol.InitializeResult{SessionID: sess.id}
+	if p.ProtocolVersion != 0 {
+		res.ProtocolVersion = protocol.Version
+	}
+	return res, nil
 }
 
 func (c *serverConn) processStart(m *transport.Message) (any, error) {

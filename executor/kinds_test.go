@@ -89,3 +89,20 @@ func TestEveryErrorCarriesItsKind(t *testing.T) {
 	r3 := dialRaw(t, ts.url, nil)
 	r3.wantKind("sessions exhausted", r3.call("initialize", map[string]any{"clientName": "t"}), protocol.CodeInvalidRequest, protocol.KindExhausted)
 }
+
+func TestInitializeRefusesAnotherProtocolVersionAndAnswersItsOwn(t *testing.T) {
+	ts := newTestServer(t, nil, WSOptions{})
+	r := dialRaw(t, ts.url, nil)
+	r.wantKind("a newer protocol", r.call("initialize", map[string]any{"clientName": "t", "protocolVersion": protocol.Version + 1}),
+		protocol.CodeInvalidRequest, protocol.KindUnsupported)
+	res, _ := r.call("initialize", map[string]any{"clientName": "t", "protocolVersion": protocol.Version})["result"].(map[string]any)
+	if v, _ := res["protocolVersion"].(float64); int(v) != protocol.Version {
+		t.Fatalf("initialize answered %v, want protocolVersion %d", res, protocol.Version)
+	}
+	// A codex peer sends no version and gets none back.
+	r2 := dialRaw(t, ts.url, nil)
+	res, _ = r2.call("initialize", map[string]any{"clientName": "codex"})["result"].(map[string]any)
+	if _, ok := res["protocolVersion"]; ok || res["sessionId"] == nil {
+		t.Fatalf("codex peer got %v", res)
+	}
+}

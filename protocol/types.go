@@ -14,11 +14,18 @@ type InitializeParams struct {
 	// ignores them.
 	TraceParent string `json:"traceparent,omitempty" msgpack:"traceparent,omitempty"`
 	TraceState  string `json:"tracestate,omitempty" msgpack:"tracestate,omitempty"`
+	// ProtocolVersion is the outpost protocol version the client speaks
+	// (outpost addition; codex sends none, which means codex's protocol).
+	// An executor that does not speak it refuses with kind unsupported.
+	ProtocolVersion int `json:"protocolVersion,omitempty" msgpack:"protocolVersion,omitempty"`
 }
 
 // InitializeResult names the session, new or resumed.
 type InitializeResult struct {
 	SessionID string `json:"sessionId" msgpack:"sessionId"`
+	// ProtocolVersion is the executor's (outpost addition), sent to a
+	// client that sent one.
+	ProtocolVersion int `json:"protocolVersion,omitempty" msgpack:"protocolVersion,omitempty"`
 }
 
 // EnvPolicyInherit selects which of the executor's own variables a child
