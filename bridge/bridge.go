@@ -109,7 +109,6 @@ import (
 	"net"
 	"net/http"
 	"reflect"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -403,7 +402,7 @@ func (b *Bridge) newSession(ctx context.Context, c *conn, clientName string) (*s
 		b.mu.Lock()
 		if b.closed {
 			b.mu.Unlock()
-			return nil, protocol.Errorf(protocol.CodeInvalidRequest, "the bridge is shutting down")
+			return nil, protocol.KindErrorf(protocol.KindUnavailable, protocol.CodeInvalidRequest, "the bridge is shutting down")
 		}
 		if len(b.sessions)+b.dialing < b.cfg.MaxSessions {
 			b.dialing++
@@ -420,7 +419,7 @@ func (b *Bridge) newSession(ctx context.Context, c *conn, clientName string) (*s
 		}
 		b.mu.Unlock()
 		if victim == nil {
-			return nil, protocol.Errorf(protocol.CodeInvalidRequest, "too many sessions on this bridge (limit %d, all attached)", b.cfg.MaxSessions)
+			return nil, protocol.KindErrorf(protocol.KindExhausted, protocol.CodeInvalidRequest, "too many sessions on this bridge (limit %d, all attached)", b.cfg.MaxSessions)
 		}
 		b.log.Info("session table full: ending the longest-detached session", zap.String("session", victim.id))
 		victim.finish(errors.New("evicted to make room for a new session"), false)
@@ -433,11 +432,11 @@ func (b *Bridge) newSession(ctx context.Context, c *conn, clientName string) (*s
 	if err == nil && b.closed {
 		b.mu.Unlock()
 		remote.Close()
-		return nil, protocol.Errorf(protocol.CodeInvalidRequest, "the bridge is shutting down")
+		return nil, protocol.KindErrorf(protocol.KindUnavailable, protocol.CodeInvalidRequest, "the bridge is shutting down")
 	}
 	if err != nil {
 		b.mu.Unlock()
-		return nil, protocol.Errorf(protocol.CodeInternal, "cannot reach the executor: %v", err)
+		return nil, protocol.KindErrorf(protocol.KindUnavailable, protocol.CodeInternal, "cannot reach the executor: %v", err)
 	}
 	s := newSession(b, remote)
 	s.conn = c // attached before anyone can see it
@@ -513,9 +512,9 @@ func (s *session) attach(c *conn) error {
 	defer s.mu.Unlock()
 	switch {
 	case s.ending:
-		return protocol.Errorf(protocol.CodeInvalidRequest, "unknown session id %s", s.id)
+		return protocol.KindErrorf(protocol.KindUnknownSession, protocol.CodeInvalidRequest, "unknown session id %s", s.id)
 	case s.conn != nil:
-		return protocol.Errorf(protocol.CodeSessionAlreadyAttached, "session %s is already attached to another connection", s.id)
+		return protocol.KindErrorf(protocol.KindUnavailable, protocol.CodeSessionAlreadyAttached, "session %s is already attached to another connection", s.id)
 	}
 	if s.expiry != nil {
 		s.expiry.Stop()
@@ -694,34 +693,34 @@ func (s *session) upstreamError(method string, err error) *protocol.Error {
 	}
 	if uerr := s.remote.Err(); uerr != nil && !errors.Is(uerr, client.ErrClosed) {
 		s.finish(uerr, true)
-		return protocol.Errorf(protocol.CodeInternal, "%s: the executor connection was lost: %v", method, uerr)
+		return protocol.KindErrorf(protocol.KindUnavailable, protocol.CodeInternal, "%s: the executor connection was lost: %v", method, uerr)
 	}
 	select {
 	case <-s.dead:
-		return protocol.Errorf(protocol.CodeInvalidRequest, "%s: session %s has ended", method, s.id)
+		return protocol.KindErrorf(protocol.KindUnknownSession, protocol.CodeInvalidRequest, "%s: session %s has ended", method, s.id)
 	default:
 	}
-	return protocol.Errorf(protocol.CodeInternal, "%s: %v", method, err)
+	return protocol.KindErrorf(protocol.KindInternal, protocol.CodeInternal, "%s: %v", method, err)
 }
 
 // start starts a process upstream and its forwarder, which waits for gate
 // (the reply written) before pushing events.
 func (s *session) start(ctx context.Context, p protocol.ExecParams, gate, connDone <-chan struct{}) (any, error) {
 	if p.ProcessID == "" {
-		return nil, protocol.Errorf(protocol.CodeInvalidParams, "processId must not be empty")
+		return nil, protocol.KindErrorf(protocol.KindInvalid, protocol.CodeInvalidParams, "processId must not be empty")
 	}
 	entry := &proc{id: p.ProcessID}
 	s.mu.Lock()
 	switch {
 	case s.ending:
 		s.mu.Unlock()
-		return nil, protocol.Errorf(protocol.CodeInvalidRequest, "session %s has ended", s.id)
+		return nil, protocol.KindErrorf(protocol.KindUnknownSession, protocol.CodeInvalidRequest, "session %s has ended", s.id)
 	case s.procs[p.ProcessID] != nil:
 		s.mu.Unlock()
-		return nil, protocol.Errorf(protocol.CodeInvalidRequest, "process %s already exists", p.ProcessID)
+		return nil, protocol.KindErrorf(protocol.KindInvalid, protocol.CodeInvalidRequest, "process %s already exists", p.ProcessID)
 	case len(s.procs) >= s.b.cfg.MaxProcessesPerSession:
 		s.mu.Unlock()
-		return nil, protocol.Errorf(protocol.CodeInvalidRequest, "too many processes in this bridge session (limit %d not yet closed)", s.b.cfg.MaxProcessesPerSession)
+		return nil, protocol.KindErrorf(protocol.KindExhausted, protocol.CodeInvalidRequest, "too many processes in this bridge session (limit %d not yet closed)", s.b.cfg.MaxProcessesPerSession)
 	}
 	s.procs[p.ProcessID] = entry
 	s.mu.Unlock()
@@ -739,7 +738,7 @@ func (s *session) start(ctx context.Context, p protocol.ExecParams, gate, connDo
 		tctx, cancel := context.WithTimeout(context.Background(), endTerminate)
 		s.remote.Call(tctx, protocol.MethodProcessTerminate, protocol.TerminateParams{ProcessID: p.ProcessID}, nil)
 		cancel()
-		return nil, protocol.Errorf(protocol.CodeInvalidRequest, "session %s has ended", s.id)
+		return nil, protocol.KindErrorf(protocol.KindUnknownSession, protocol.CodeInvalidRequest, "session %s has ended", s.id)
 	}
 	entry.p = cp
 	s.fwd.Add(1) // under mu, with ending false: never after finish's Wait
@@ -804,19 +803,21 @@ func (s *session) ended() bool {
 	}
 }
 
-// eventNote turns a client event into its codex notification, as the
-// executor's JSON front writes it.
+// eventNote turns a client event into its codex notification, through
+// protocol's one mapping (as the executor's JSON front writes it).
 func eventNote(id string, ev client.Event) (note, bool) {
+	var pe protocol.Event
 	switch ev.Kind {
 	case client.EventOutput:
-		return note{protocol.MethodProcessOutput, &protocol.OutputNotification{ProcessID: id, Seq: ev.Seq, Stream: ev.Stream, Chunk: ev.Data}}, true
+		pe = protocol.Event{Kind: protocol.EventOutput, Seq: ev.Seq, Stream: ev.Stream, Data: ev.Data}
 	case client.EventExited:
-		denied := ev.SandboxDenied
-		return note{protocol.MethodProcessExited, &protocol.ExitedNotification{ProcessID: id, Seq: ev.Seq, ExitCode: ev.ExitCode, Signal: ev.Signal, SandboxDenied: &denied, Limit: ev.Limit}}, true
+		pe = protocol.Event{Kind: protocol.EventExited, Seq: ev.Seq, ExitCode: ev.ExitCode, Signal: ev.Signal, SandboxDenied: ev.SandboxDenied, Limit: ev.Limit}
 	case client.EventClosed:
-		return note{protocol.MethodProcessClosed, &protocol.ClosedNotification{ProcessID: id, Seq: ev.Seq}}, true
+		pe = protocol.Event{Kind: protocol.EventClosed, Seq: ev.Seq}
+	default:
+		return note{}, false
 	}
-	return note{}, false
+	return note{pe.Kind.Method(), pe.Params(id)}, true
 }
 
 // poll follows a process whose pushed events failed while the upstream
@@ -871,34 +872,16 @@ func (s *session) poll(pr *proc, cause error) {
 }
 
 // readNotes turns a process/read result into notifications after seq
-// after, in seq order: the chunks, and the exit and close events once the
-// chunks before them have been read.
+// after, in seq order (protocol's one mapping, the signal included).
 func readNotes(id string, res protocol.ReadResult, after uint64) ([]note, []uint64) {
-	type ev struct {
-		seq uint64
-		n   note
-	}
-	var evs []ev
-	for _, c := range res.Chunks {
-		if c.Seq > after {
-			evs = append(evs, ev{c.Seq, note{protocol.MethodProcessOutput, &protocol.OutputNotification{ProcessID: id, Seq: c.Seq, Stream: c.Stream, Chunk: c.Chunk}}})
+	var notes []note
+	var seqs []uint64
+	for _, ev := range res.Events() {
+		if ev.Seq <= after {
+			continue
 		}
-	}
-	limit := res.NextSeq
-	if n := len(res.Chunks); n > 0 {
-		limit = res.Chunks[n-1].Seq + 1
-	}
-	if res.Exited && res.ExitCode != nil && res.ExitSeq > after && res.ExitSeq <= limit {
-		denied := res.SandboxDenied
-		evs = append(evs, ev{res.ExitSeq, note{protocol.MethodProcessExited, &protocol.ExitedNotification{ProcessID: id, Seq: res.ExitSeq, ExitCode: *res.ExitCode, SandboxDenied: &denied, Limit: res.Limit}}})
-	}
-	if res.Closed && res.CloseSeq > after && res.CloseSeq <= limit+1 {
-		evs = append(evs, ev{res.CloseSeq, note{protocol.MethodProcessClosed, &protocol.ClosedNotification{ProcessID: id, Seq: res.CloseSeq}}})
-	}
-	sort.Slice(evs, func(i, j int) bool { return evs[i].seq < evs[j].seq })
-	notes, seqs := make([]note, len(evs)), make([]uint64, len(evs))
-	for i, e := range evs {
-		notes[i], seqs[i] = e.n, e.seq
+		notes = append(notes, note{ev.Kind.Method(), ev.Params(id)})
+		seqs = append(seqs, ev.Seq)
 	}
 	return notes, seqs
 }
@@ -1057,7 +1040,7 @@ func (c *conn) readLoop() error {
 		if err != nil {
 			var me *transport.MalformedError
 			if errors.As(err, &me) {
-				c.replyErr(transport.MalformedID, protocol.Errorf(protocol.CodeInvalidRequest, "%v", me))
+				c.replyErr(transport.MalformedID, protocol.KindErrorf(protocol.KindInvalid, protocol.CodeInvalidRequest, "%v", me))
 				continue
 			}
 			return err
@@ -1071,12 +1054,12 @@ func (c *conn) readLoop() error {
 					c.state = stateReady
 					continue
 				}
-				c.replyErr(transport.MalformedID, protocol.Errorf(protocol.CodeInvalidRequest, "initialized notification is only valid once, after initialize"))
+				c.replyErr(transport.MalformedID, protocol.KindErrorf(protocol.KindInvalid, protocol.CodeInvalidRequest, "initialized notification is only valid once, after initialize"))
 				continue
 			}
-			c.replyErr(transport.MalformedID, protocol.Errorf(protocol.CodeMethodNotFound, "unknown notification %q", m.Method))
+			c.replyErr(transport.MalformedID, protocol.KindErrorf(protocol.KindUnsupported, protocol.CodeMethodNotFound, "unknown notification %q", m.Method))
 		case transport.KindResponse:
-			c.replyErr(transport.MalformedID, protocol.Errorf(protocol.CodeInvalidRequest, "unexpected response (id %s): this executor sends no requests", m.ID))
+			c.replyErr(transport.MalformedID, protocol.KindErrorf(protocol.KindInvalid, protocol.CodeInvalidRequest, "unexpected response (id %s): this executor sends no requests", m.ID))
 		}
 	}
 }
@@ -1148,7 +1131,7 @@ func forward[P, R any](ctx context.Context, s *session, m *transport.Message) (a
 func decode(m *transport.Message, v any, required bool) error {
 	if m.Params == nil || m.Params.Absent() {
 		if required {
-			return protocol.Errorf(protocol.CodeInvalidParams, "invalid params for %s: params are required", m.Method)
+			return protocol.KindErrorf(protocol.KindInvalid, protocol.CodeInvalidParams, "invalid params for %s: params are required", m.Method)
 		}
 		return nil
 	}
@@ -1156,14 +1139,14 @@ func decode(m *transport.Message, v any, required bool) error {
 		var b64 base64.CorruptInputError
 		if errors.As(err, &b64) {
 			if m.Method == protocol.MethodFsWriteFile {
-				return protocol.Errorf(protocol.CodeInvalidRequest, "fs/writeFile requires valid base64 dataBase64: %v", err)
+				return protocol.KindErrorf(protocol.KindInvalid, protocol.CodeInvalidRequest, "fs/writeFile requires valid base64 dataBase64: %v", err)
 			}
-			return protocol.Errorf(protocol.CodeInvalidParams, "invalid params for %s: chunk is not valid base64: %v", m.Method, err)
+			return protocol.KindErrorf(protocol.KindInvalid, protocol.CodeInvalidParams, "invalid params for %s: chunk is not valid base64: %v", m.Method, err)
 		}
-		return protocol.Errorf(protocol.CodeInvalidParams, "invalid params for %s: %v", m.Method, err)
+		return protocol.KindErrorf(protocol.KindInvalid, protocol.CodeInvalidParams, "invalid params for %s: %v", m.Method, err)
 	}
 	if err := exactSandbox(m, v); err != nil {
-		return protocol.Errorf(protocol.CodeInvalidParams, "invalid params for %s: sandbox: %v", m.Method, err)
+		return protocol.KindErrorf(protocol.KindInvalid, protocol.CodeInvalidParams, "invalid params for %s: sandbox: %v", m.Method, err)
 	}
 	return nil
 }
@@ -1232,15 +1215,15 @@ func (c *conn) request(m *transport.Message) {
 	}
 	meth, ok := methods[m.Method]
 	if !ok {
-		c.replyErr(m.ID, protocol.Errorf(protocol.CodeMethodNotFound, "method `%s` is not implemented by this executor", m.Method))
+		c.replyErr(m.ID, protocol.KindErrorf(protocol.KindUnsupported, protocol.CodeMethodNotFound, "method `%s` is not implemented by this executor", m.Method))
 		return
 	}
 	switch c.state {
 	case stateNew:
-		c.replyErr(m.ID, protocol.Errorf(protocol.CodeInvalidRequest, "client must call initialize before using %s methods", meth.family))
+		c.replyErr(m.ID, protocol.KindErrorf(protocol.KindInvalid, protocol.CodeInvalidRequest, "client must call initialize before using %s methods", meth.family))
 		return
 	case stateInitialized:
-		c.replyErr(m.ID, protocol.Errorf(protocol.CodeInvalidRequest, "client must send initialized before using %s methods", meth.family))
+		c.replyErr(m.ID, protocol.KindErrorf(protocol.KindInvalid, protocol.CodeInvalidRequest, "client must send initialized before using %s methods", meth.family))
 		return
 	}
 	if !meth.concurrent {
@@ -1270,7 +1253,7 @@ func (c *conn) answer(id transport.ID, res any, err error) {
 	if err != nil {
 		var pe *protocol.Error
 		if !errors.As(err, &pe) {
-			pe = protocol.Errorf(protocol.CodeInternal, "%v", err)
+			pe = protocol.KindErrorf(protocol.KindInternal, protocol.CodeInternal, "%v", err)
 		}
 		c.replyErr(id, pe)
 		return
@@ -1307,7 +1290,7 @@ func (c *conn) serialLoop() {
 
 func (c *conn) initialize(m *transport.Message) (any, error) {
 	if c.state != stateNew {
-		return nil, protocol.Errorf(protocol.CodeInvalidRequest, "initialize may only be sent once per connection")
+		return nil, protocol.KindErrorf(protocol.KindInvalid, protocol.CodeInvalidRequest, "initialize may only be sent once per connection")
 	}
 	var p protocol.InitializeParams
 	if err := decode(m, &p, false); err != nil {
@@ -1317,7 +1300,7 @@ func (c *conn) initialize(m *transport.Message) (any, error) {
 	if p.ResumeSessionID != nil {
 		s = c.b.lookup(*p.ResumeSessionID)
 		if s == nil {
-			return nil, protocol.Errorf(protocol.CodeInvalidRequest, "unknown session id %s", *p.ResumeSessionID)
+			return nil, protocol.KindErrorf(protocol.KindUnknownSession, protocol.CodeInvalidRequest, "unknown session id %s", *p.ResumeSessionID)
 		}
 		if err := s.attach(c); err != nil {
 			return nil, err
@@ -1408,7 +1391,7 @@ func (c *conn) writeReply(r *reply) bool {
 		if errors.Is(err, transport.ErrMessageTooLarge) {
 			// Refused before anything was written: answer with an error,
 			// as the executor does.
-			err = c.mc.WriteError(c.ctx, r.id, protocol.Errorf(protocol.CodeInvalidRequest,
+			err = c.mc.WriteError(c.ctx, r.id, protocol.KindErrorf(protocol.KindTooLarge, protocol.CodeInvalidRequest,
 				"the result is too large for one message on this connection (%v); read large files with fs/open and fs/readBlock", err))
 		}
 	}
