@@ -206,6 +206,16 @@ func TestSignalDeathWhileDetachedIsReportedAfterResume(t *testing.T) {
 			return Event{Kind: EventExited, ExitCode: int32(res.ExitCode), Signal: int32(res.Signal)}, err
 		})
 	})
+	t.Run("Wait", func(t *testing.T) {
+		check(t, func(pidFile string) (Event, error) {
+			p, err := env.Start(ctxT(t), protocol.ExecParams{Argv: sh("echo $$ > " + pidFile + "; exec sleep 60"), Env: testEnv})
+			if err != nil {
+				return Event{}, err
+			}
+			res, err := p.Wait(ctxT(t))
+			return Event{Kind: EventExited, ExitCode: res.ExitCode, Signal: res.Signal}, err
+		})
+	})
 	t.Run("Events", func(t *testing.T) {
 		check(t, func(pidFile string) (Event, error) {
 			p, err := env.Start(ctxT(t), protocol.ExecParams{Argv: sh("echo $$ > " + pidFile + "; exec sleep 60"), Env: testEnv})

@@ -211,8 +211,11 @@ func (p *Process) Err() error {
 // Result is a finished process's outcome.
 type Result struct {
 	ExitCode int32
-	Stdout   []byte
-	Stderr   []byte // empty for a tty: all its output is in Stdout
+	// Signal is the signal that killed the process (ExitCode is then
+	// 128+Signal), 0 if it exited.
+	Signal int32
+	Stdout []byte
+	Stderr []byte // empty for a tty: all its output is in Stdout
 }
 
 // Wait consumes the events until the process closes and returns its
@@ -235,6 +238,8 @@ func (p *Process) Wait(ctx context.Context) (Result, error) {
 				} else {
 					out.Write(ev.Data)
 				}
+			case EventExited:
+				res.Signal = ev.Signal
 			case EventFailed:
 				res.Stdout, res.Stderr = out.Bytes(), errb.Bytes()
 				return res, ev.Err
