@@ -494,7 +494,7 @@ func (b *bench) sandboxOverhead() {
 			return nil
 		}
 		defer srv.Shutdown(context.Background())
-		sess, err := executor.NewSessionForTest(srv)
+		sess, err := srv.OpenSession()
 		if err != nil {
 			b.skip(metric, target, err.Error())
 			return nil

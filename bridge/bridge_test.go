@@ -25,6 +25,7 @@ import (
 
 	"github.com/outpost-exec/outpost/bridge"
 	"github.com/outpost-exec/outpost/client"
+	"github.com/outpost-exec/outpost/engine"
 	"github.com/outpost-exec/outpost/executor"
 	"github.com/outpost-exec/outpost/identity"
 	"github.com/outpost-exec/outpost/protocol"
@@ -986,8 +987,8 @@ func TestUpstreamLostFailsProcessesAndClosesTheWebSocket(t *testing.T) {
 func TestEvictedOutputIsFollowedByReadsPastTheGap(t *testing.T) {
 	gate := filepath.Join(t.TempDir(), "gate")
 	up := direct(t, func(c *executor.Config) {
-		lb := executor.NewLocalBackend()
-		lb.Retention = executor.Retention{MaxBytes: 64 << 10, MaxChunks: 4}
+		lb := engine.NewLocalBackend()
+		lb.Retention = engine.Retention{MaxBytes: 64 << 10, MaxChunks: 4}
 		c.Backend = lb
 	})
 	px := startProxy(t, strings.TrimPrefix(strings.SplitN(up.url, "#", 2)[0], "tcp://"))

@@ -17,6 +17,7 @@ import (
 
 	"go.uber.org/zap/zaptest"
 
+	"github.com/outpost-exec/outpost/engine"
 	"github.com/outpost-exec/outpost/executor"
 	"github.com/outpost-exec/outpost/identity"
 	"github.com/outpost-exec/outpost/internal/peers"
@@ -249,8 +250,8 @@ func TestResumeReportsLostOutputExplicitly(t *testing.T) {
 	// client missed is gone, and it must say so rather than skip it.
 	gate := filepath.Join(t.TempDir(), "gate")
 	ex := startExecutor(t, func(c *executor.Config, _ *executor.NativeOptions) {
-		lb := executor.NewLocalBackend()
-		lb.Retention = executor.Retention{MaxBytes: 64 << 10, MaxChunks: 4}
+		lb := engine.NewLocalBackend()
+		lb.Retention = engine.Retention{MaxBytes: 64 << 10, MaxChunks: 4}
 		c.Backend = lb
 	})
 	px := startProxy(t, ex.ln.Addr().String())

@@ -10,7 +10,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"syscall"
 	"time"
 
@@ -18,6 +17,7 @@ import (
 
 	"github.com/outpost-exec/outpost/identity"
 	"github.com/outpost-exec/outpost/protocol"
+	"github.com/outpost-exec/outpost/relay/relayclient"
 	"github.com/outpost-exec/outpost/transport"
 )
 
@@ -84,23 +84,24 @@ func (o Options) recoveryTimeout() time.Duration {
 	return 25 * time.Second
 }
 
-// Dial connects to an executor:
+// Dial connects to an executor (the URL is parsed by transport.ParseURL):
 //
-//	tcp://HOST:PORT[#fingerprint]   Noise + yamux + msgpack (native)
-//	unix:///path[#fingerprint]      the same over a Unix socket
-//	ws://IP:PORT                    codex's JSON-RPC lite (plaintext; loopback)
-//	stdio:///path/to/outpost        spawns "outpost executor serve --listen stdio"
-//	outpost://HOST:PORT#fingerprint through a relay, to Options.Executor with Options.Token
+//	tcp://HOST:PORT[#fingerprint]      Noise + yamux + msgpack (native)
+//	unix:///path[#fingerprint]         the same over a Unix socket
+//	ws://IP:PORT                       codex's JSON-RPC lite (plaintext; loopback)
+//	stdio:///path/to/outpost           spawns "outpost executor serve --listen stdio"
+//	outpost://HOST:PORT#fingerprint    through a relay (relay/relayclient), to Options.Executor with Options.Token
+//	outpost+ws://HOST:PORT#fingerprint the same, the relay reached over WebSocket
 func Dial(ctx context.Context, url string, opts Options) (*Remote, error) {
+	u, err := transport.ParseURL(url)
+	if err != nil {
+		return nil, err
+	}
 	var dial dialFunc
-	switch {
-	case strings.HasPrefix(url, "tcp://") || strings.HasPrefix(url, "unix://"):
-		d, err := nativeDialer(url, opts)
-		if err != nil {
-			return nil, err
-		}
-		dial = d
-	case strings.HasPrefix(url, "ws://"):
+	switch u.Scheme {
+	case transport.SchemeTCP, transport.SchemeUnix:
+		dial, err = nativeDialer(u, opts)
+	case transport.SchemeWS:
 		dial = func(ctx context.Context, route func(string, transport.Params, bool)) (*conn, error) {
 			rpc, err := DialWS(ctx, url, DialOptions{Token: opts.Token}, func(m string, p transport.Params) { route(m, p, false) })
 			if err != nil {
@@ -108,38 +109,25 @@ func Dial(ctx context.Context, url string, opts Options) (*Remote, error) {
 			}
 			return &conn{rpc: rpc, close: rpc.Close, shared: true}, nil
 		}
-	case strings.HasPrefix(url, "stdio://"):
-		dial = stdioDialer(strings.TrimPrefix(url, "stdio://"))
-	case transport.IsRelayURL(url):
-		d, err := relayDialer(url, opts)
-		if err != nil {
-			return nil, err
-		}
-		dial = d
-	default:
-		return nil, fmt.Errorf("unsupported executor URL %q; expected tcp://, unix://, ws:// or stdio://", url)
+	case transport.SchemeStdio:
+		dial = stdioDialer(u.Addr)
+	default: // a relay
+		dial, err = relayDialer(u, opts)
+	}
+	if err != nil {
+		return nil, err
 	}
 	return newRemote(ctx, url, dial, opts)
 }
 
 // nativeDialer prepares the Noise identity and pins for tcp:// and unix://.
-func nativeDialer(url string, opts Options) (dialFunc, error) {
-	network, addr, err := parseNativeURL(url)
+func nativeDialer(u transport.URL, opts Options) (dialFunc, error) {
+	pinned, err := opts.pin()
 	if err != nil {
 		return nil, err
 	}
-	pinKey := strings.TrimPrefix(url, strings.SplitN(url, "#", 2)[0])
-	pinKey = strings.TrimPrefix(pinKey, "#")
-	if opts.Pin != "" {
-		pinKey = opts.Pin
-	}
-	var pinned *identity.PublicKey
-	if pinKey != "" {
-		k, err := identity.ParsePublicKey(pinKey)
-		if err != nil {
-			return nil, fmt.Errorf("executor pin: %w", err)
-		}
-		pinned = &k
+	if pinned == nil && u.HasKey() {
+		pinned = &u.Key
 	}
 	key, err := opts.clientKey()
 	if err != nil {
@@ -151,24 +139,38 @@ func nativeDialer(url string, opts Options) (dialFunc, error) {
 			return nil, err
 		}
 	}
-	pinAddr := strings.SplitN(url, "#", 2)[0]
-	muxCfg := opts.Mux
-	if muxCfg == (transport.MuxConfig{}) {
-		muxCfg = transport.DefaultMuxConfig()
-	}
+	muxCfg := opts.muxConfig()
 	return func(ctx context.Context, route func(string, transport.Params, bool)) (*conn, error) {
-		var d net.Dialer
-		raw, err := d.DialContext(ctx, network, addr)
+		raw, err := u.Dial(ctx)
 		if err != nil {
-			return nil, fmt.Errorf("dial %s: %w", url, err)
+			return nil, err
 		}
-		nc, err := handshake(ctx, raw, key, pinAddr, pinned, known, opts.NoTOFU, network, addr)
+		nc, err := handshake(ctx, raw, key, u, pinned, known, opts.NoTOFU)
 		if err != nil {
 			raw.Close()
 			return nil, err
 		}
 		return muxConn(nc, muxCfg, route)
 	}, nil
+}
+
+// pin is Options.Pin's key, nil when it is empty.
+func (o Options) pin() (*identity.PublicKey, error) {
+	if o.Pin == "" {
+		return nil, nil
+	}
+	k, err := identity.ParsePublicKey(o.Pin)
+	if err != nil {
+		return nil, fmt.Errorf("executor pin: %w", err)
+	}
+	return &k, nil
+}
+
+func (o Options) muxConfig() transport.MuxConfig {
+	if o.Mux == (transport.MuxConfig{}) {
+		return transport.DefaultMuxConfig()
+	}
+	return o.Mux
 }
 
 func (o Options) clientKey() (identity.Key, error) {
@@ -194,20 +196,13 @@ func (o Options) knownExecutors() (*identity.KnownExecutors, error) {
 	return identity.OpenKnownExecutors(path)
 }
 
-// relayDialer reaches an executor through a relay: Noise with the relay
-// (pinned by the URL), relay/connect, then — inside the spliced stream —
-// the client's own Noise IK handshake with the executor and yamux. The
-// executor's key is pinned like a direct one; on first contact it comes
-// from the relay's directory and is recorded.
-func relayDialer(url string, opts Options) (dialFunc, error) {
-	addr, fp, err := transport.ParseRelayURL(url)
-	if err != nil {
-		return nil, err
-	}
-	relayKey, err := identity.ParsePublicKey(fp)
-	if err != nil {
-		return nil, fmt.Errorf("relay URL: %w", err)
-	}
+// relayDialer reaches an executor through a relay: a relayclient
+// connection (Noise with the relay, pinned by the URL), relay/connect,
+// then — inside the spliced stream — the client's own Noise IK handshake
+// with the executor and yamux. The executor's key is pinned like a direct
+// one; on first contact it comes from the relay's directory and is
+// recorded.
+func relayDialer(u transport.URL, opts Options) (dialFunc, error) {
 	if opts.Executor == "" {
 		return nil, errors.New("a relay URL needs the executor's id (Options.Executor)")
 	}
@@ -215,58 +210,25 @@ func relayDialer(url string, opts Options) (dialFunc, error) {
 	if err != nil {
 		return nil, err
 	}
-	var pinned *identity.PublicKey
-	if opts.Pin != "" {
-		k, err := identity.ParsePublicKey(opts.Pin)
-		if err != nil {
-			return nil, fmt.Errorf("executor pin: %w", err)
-		}
-		pinned = &k
+	pinned, err := opts.pin()
+	if err != nil {
+		return nil, err
 	}
 	known, err := opts.knownExecutors()
 	if err != nil {
 		return nil, err
 	}
-	pinAddr := strings.SplitN(url, "#", 2)[0] + "/" + opts.Executor
-	muxCfg := opts.Mux
-	if muxCfg == (transport.MuxConfig{}) {
-		muxCfg = transport.DefaultMuxConfig()
-	}
+	pinAddr := u.Base() + "/" + opts.Executor
+	muxCfg := opts.muxConfig()
 	return func(ctx context.Context, route func(string, transport.Params, bool)) (*conn, error) {
-		raw, err := transport.DialRelay(ctx, url)
+		rc, err := relayclient.Dial(ctx, u.String(), key.Keypair(), relayclient.Options{Mux: muxCfg})
 		if err != nil {
 			return nil, err
 		}
-		nc, err := transport.NoiseInitiator(ctx, raw, transport.NoiseConfig{Static: key.Keypair(), Purpose: "relay", PeerStatic: relayKey[:]})
-		if err != nil {
-			raw.Close()
-			return nil, fmt.Errorf("relay %s: %w", addr, err)
-		}
-		sess, err := transport.MuxClient(nc, muxCfg)
-		if err != nil {
-			nc.Close()
-			return nil, err
-		}
-		fail := func(err error) (*conn, error) { sess.Close(); return nil, err }
-		st, err := sess.OpenStream()
+		fail := func(err error) (*conn, error) { rc.Close(); return nil, err }
+		st, directory, err := rc.Connect(ctx, opts.Executor, opts.Token)
 		if err != nil {
 			return fail(err)
-		}
-		mc := transport.NewMsgpackConn(st, 64<<10)
-		m, err := mc.Call(ctx, transport.IntID(1), protocol.MethodRelayConnect, protocol.RelayConnectParams{ExecutorID: opts.Executor, Token: opts.Token})
-		if err != nil {
-			return fail(fmt.Errorf("relay/connect: %w", err))
-		}
-		if m.Error != nil {
-			return fail(m.Error)
-		}
-		var res protocol.RelayConnectResult
-		if err := m.Result.Decode(&res); err != nil {
-			return fail(err)
-		}
-		directory, err := identity.ParsePublicKey(res.ExecutorKey)
-		if err != nil {
-			return fail(fmt.Errorf("relay/connect: executor key: %w", err))
 		}
 		exKey, fromFile := pinned, false
 		if exKey == nil {
@@ -283,7 +245,7 @@ func relayDialer(url string, opts Options) (dialFunc, error) {
 			}
 			exKey = &directory
 		}
-		inner, err := transport.NoiseInitiator(ctx, st, transport.NoiseConfig{Static: key.Keypair(), Purpose: "exec", PeerStatic: exKey[:]})
+		inner, err := transport.NoiseInitiator(ctx, st, transport.NoiseConfig{Static: key.Keypair(), Purpose: transport.PurposeExec, PeerStatic: exKey[:]})
 		if err != nil {
 			if errors.Is(err, transport.ErrHandshakeRefused) && directory != *exKey {
 				if fromFile {
@@ -298,9 +260,9 @@ func relayDialer(url string, opts Options) (dialFunc, error) {
 			return fail(err)
 		}
 		inClose := c.close
-		c.close = func() error { err := inClose(); sess.Close(); return err }
+		c.close = func() error { err := inClose(); rc.Close(); return err }
 		go func() {
-			<-sess.CloseChan()
+			<-rc.Done()
 			c.rpc.Close()
 		}()
 		return c, nil
@@ -310,8 +272,9 @@ func relayDialer(url string, opts Options) (dialFunc, error) {
 // handshake runs Noise as initiator: IK with a pinned key, XX (trust on
 // first use) otherwise. A pinned key that the executor no longer has is
 // refused with both fingerprints.
-func handshake(ctx context.Context, raw net.Conn, key identity.Key, addr string, pinned *identity.PublicKey, known *identity.KnownExecutors, noTOFU bool, network, netAddr string) (net.Conn, error) {
-	cfg := transport.NoiseConfig{Static: key.Keypair(), Purpose: "exec"}
+func handshake(ctx context.Context, raw net.Conn, key identity.Key, u transport.URL, pinned *identity.PublicKey, known *identity.KnownExecutors, noTOFU bool) (net.Conn, error) {
+	addr := u.Base()
+	cfg := transport.NoiseConfig{Static: key.Keypair(), Purpose: transport.PurposeExec}
 	fromFile := false
 	if pinned == nil && known != nil {
 		if k, ok := known.Lookup(addr); ok {
@@ -329,7 +292,7 @@ func handshake(ctx context.Context, raw net.Conn, key identity.Key, addr string,
 		}
 		// Refused: a changed executor key, or our key is not authorised.
 		// Learn which with an XX probe that stops before revealing us.
-		presented, perr := probeExecutorKey(ctx, network, netAddr, key)
+		presented, perr := probeExecutorKey(ctx, u, key)
 		if perr == nil && presented != *pinned {
 			if fromFile {
 				return nil, &identity.KeyMismatchError{Addr: addr, Pinned: *pinned, Presented: presented, File: known.Path()}
@@ -353,15 +316,14 @@ var errProbeDone = errors.New("probe done")
 
 // probeExecutorKey learns the key an executor presents, without revealing
 // ours (the XX handshake is abandoned before message 3).
-func probeExecutorKey(ctx context.Context, network, addr string, key identity.Key) (identity.PublicKey, error) {
-	var d net.Dialer
-	raw, err := d.DialContext(ctx, network, addr)
+func probeExecutorKey(ctx context.Context, u transport.URL, key identity.Key) (identity.PublicKey, error) {
+	raw, err := u.Dial(ctx)
 	if err != nil {
 		return identity.PublicKey{}, err
 	}
 	defer raw.Close()
 	var presented identity.PublicKey
-	_, err = transport.NoiseInitiator(ctx, raw, transport.NoiseConfig{Static: key.Keypair(), Purpose: "exec", VerifyPeer: func(peer []byte) error {
+	_, err = transport.NoiseInitiator(ctx, raw, transport.NoiseConfig{Static: key.Keypair(), Purpose: transport.PurposeExec, VerifyPeer: func(peer []byte) error {
 		copy(presented[:], peer)
 		return errProbeDone
 	}})
@@ -369,20 +331,6 @@ func probeExecutorKey(ctx context.Context, network, addr string, key identity.Ke
 		return presented, nil
 	}
 	return identity.PublicKey{}, err
-}
-
-func parseNativeURL(s string) (network, addr string, err error) {
-	base := strings.SplitN(s, "#", 2)[0]
-	if rest, ok := strings.CutPrefix(base, "tcp://"); ok {
-		if _, _, err := net.SplitHostPort(rest); err != nil {
-			return "", "", fmt.Errorf("invalid executor URL %q; expected tcp://HOST:PORT", s)
-		}
-		return "tcp", rest, nil
-	}
-	if rest, ok := strings.CutPrefix(base, "unix://"); ok && strings.HasPrefix(rest, "/") {
-		return "unix", rest, nil
-	}
-	return "", "", fmt.Errorf("invalid executor URL %q; expected tcp://HOST:PORT or unix:///path", s)
 }
 
 // muxConn runs yamux over an established channel: a control stream for
@@ -481,47 +429,17 @@ var _ io.Closer = (*Remote)(nil)
 
 // ListExecutors asks a relay for the executors opts.Token may reach.
 func ListExecutors(ctx context.Context, url string, opts Options) ([]protocol.RelayExecutor, error) {
-	addr, fp, err := transport.ParseRelayURL(url)
-	if err != nil {
+	if _, err := transport.ParseURL(url, transport.SchemeRelay, transport.SchemeRelayWS); err != nil {
 		return nil, err
-	}
-	relayKey, err := identity.ParsePublicKey(fp)
-	if err != nil {
-		return nil, fmt.Errorf("relay URL: %w", err)
 	}
 	key, err := opts.clientKey()
 	if err != nil {
 		return nil, err
 	}
-	raw, err := transport.DialRelay(ctx, url)
+	rc, err := relayclient.Dial(ctx, url, key.Keypair(), relayclient.Options{Mux: opts.Mux})
 	if err != nil {
 		return nil, err
 	}
-	defer raw.Close()
-	nc, err := transport.NoiseInitiator(ctx, raw, transport.NoiseConfig{Static: key.Keypair(), Purpose: "relay", PeerStatic: relayKey[:]})
-	if err != nil {
-		return nil, fmt.Errorf("relay %s: %w", addr, err)
-	}
-	sess, err := transport.MuxClient(nc, transport.DefaultMuxConfig())
-	if err != nil {
-		return nil, err
-	}
-	defer sess.Close()
-	st, err := sess.OpenStream()
-	if err != nil {
-		return nil, err
-	}
-	mc := transport.NewMsgpackConn(st, protocol.MaxMessageBytes)
-	m, err := mc.Call(ctx, transport.IntID(1), protocol.MethodRelayExecutors, protocol.RelayExecutorsParams{Token: opts.Token})
-	if err != nil {
-		return nil, fmt.Errorf("relay/executors: %w", err)
-	}
-	if m.Error != nil {
-		return nil, m.Error
-	}
-	var res protocol.RelayExecutorsResult
-	if err := m.Result.Decode(&res); err != nil {
-		return nil, err
-	}
-	return res.Executors, nil
+	defer rc.Close()
+	return rc.Executors(ctx, opts.Token)
 }

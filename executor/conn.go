@@ -12,7 +12,9 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/outpost-exec/outpost/engine"
 	"github.com/outpost-exec/outpost/protocol"
+	"github.com/outpost-exec/outpost/remotefs"
 	"github.com/outpost-exec/outpost/transport"
 )
 
@@ -204,31 +206,31 @@ func init() {
 	fsMethod := func(name string, call func(c *serverConn, m *transport.Message) (any, error)) {
 		methods[name] = method{family: "fs", longPoll: true, call: call}
 	}
-	fsMethod(protocol.MethodFsReadFile, fsCall((*Session).fsReadFile))
-	fsMethod(protocol.MethodFsWriteFile, fsCall((*Session).fsWriteFile))
-	fsMethod(protocol.MethodFsCreateDirectory, fsCall((*Session).fsCreateDirectory))
-	fsMethod(protocol.MethodFsGetMetadata, fsCall((*Session).fsGetMetadata))
-	fsMethod(protocol.MethodFsCanonicalize, fsCall((*Session).fsCanonicalize))
-	fsMethod(protocol.MethodFsReadDirectory, fsCall((*Session).fsReadDirectory))
-	fsMethod(protocol.MethodFsRemove, fsCall((*Session).fsRemove))
-	fsMethod(protocol.MethodFsCopy, fsCall((*Session).fsCopy))
-	fsMethod(protocol.MethodFsOpen, fsCall((*Session).fsOpen))
-	fsMethod(protocol.MethodFsReadBlock, fsCall((*Session).fsReadBlock))
-	fsMethod(protocol.MethodFsClose, fsCall((*Session).fsClose))
-	fsMethod(protocol.MethodFsCreate, fsCall((*Session).fsCreate))
-	fsMethod(protocol.MethodFsWriteBlock, fsCall((*Session).fsWriteBlock))
-	fsMethod(protocol.MethodFsHash, fsCall((*Session).fsHash))
+	fsMethod(protocol.MethodFsReadFile, fsCall((*remotefs.Session).ReadFile))
+	fsMethod(protocol.MethodFsWriteFile, fsCall((*remotefs.Session).WriteFile))
+	fsMethod(protocol.MethodFsCreateDirectory, fsCall((*remotefs.Session).CreateDirectory))
+	fsMethod(protocol.MethodFsGetMetadata, fsCall((*remotefs.Session).GetMetadata))
+	fsMethod(protocol.MethodFsCanonicalize, fsCall((*remotefs.Session).Canonicalize))
+	fsMethod(protocol.MethodFsReadDirectory, fsCall((*remotefs.Session).ReadDirectory))
+	fsMethod(protocol.MethodFsRemove, fsCall((*remotefs.Session).Remove))
+	fsMethod(protocol.MethodFsCopy, fsCall((*remotefs.Session).Copy))
+	fsMethod(protocol.MethodFsOpen, fsCall((*remotefs.Session).Open))
+	fsMethod(protocol.MethodFsReadBlock, fsCall((*remotefs.Session).ReadBlock))
+	fsMethod(protocol.MethodFsClose, fsCall((*remotefs.Session).Close))
+	fsMethod(protocol.MethodFsCreate, fsCall((*remotefs.Session).Create))
+	fsMethod(protocol.MethodFsWriteBlock, fsCall((*remotefs.Session).WriteBlock))
+	fsMethod(protocol.MethodFsHash, fsCall((*remotefs.Session).Hash))
 }
 
-// fsCall adapts a session fs method to the method table: decode the
-// params (required), call.
-func fsCall[P any](f func(*Session, P) (any, error)) func(c *serverConn, m *transport.Message) (any, error) {
+// fsCall adapts a method of the session's file system to the method
+// table: decode the params (required), call.
+func fsCall[P any](f func(*remotefs.Session, P) (any, error)) func(c *serverConn, m *transport.Message) (any, error) {
 	return func(c *serverConn, m *transport.Message) (any, error) {
 		var p P
 		if err := decode(m, &p, true); err != nil {
 			return nil, err
 		}
-		return f(c.session, p)
+		return f(c.session.files, p)
 	}
 }
 
@@ -453,7 +455,7 @@ func EnvironmentInfo(cfg Config) protocol.EnvironmentInfo {
 
 // follow implements eventSink: push proc's events to this connection,
 // once the reply of the request being handled has been queued.
-func (c *serverConn) follow(sessionID, id string, proc Process, afterSeq uint64, fromNow bool) {
+func (c *serverConn) follow(sessionID, id string, proc engine.Process, afterSeq uint64, fromNow bool) {
 	var start func()
 	if c.streams != nil {
 		start = c.streams.follow(c.ctx, sessionID, id, proc.Log(), afterSeq, fromNow)
@@ -529,15 +531,15 @@ func (c *serverConn) writeMsg(m outMsg) error {
 }
 
 // writeEvent sends one event as its notification.
-func writeEvent(ctx context.Context, mc transport.MessageConn, id string, ev *Event) error {
+func writeEvent(ctx context.Context, mc transport.MessageConn, id string, ev *engine.Event) error {
 	return mc.WriteNotification(ctx, eventMethod(ev.Kind), eventParams(id, ev))
 }
 
 // eventMethod and eventParams are the notification of an event, as the
 // protocol maps it.
-func eventMethod(k EventKind) string { return k.Method() }
+func eventMethod(k engine.EventKind) string { return k.Method() }
 
-func eventParams(id string, ev *Event) any { return ev.Params(id) }
+func eventParams(id string, ev *engine.Event) any { return ev.Params(id) }
 
 // outMsg is a queued reply.
 type outMsg struct {
@@ -549,7 +551,7 @@ type outMsg struct {
 // lane is one process's pushed events on one connection.
 type lane struct {
 	id     string
-	sub    *Subscription
+	sub    *engine.Subscription
 	queued bool // in ready, or being served
 	busy   bool // being served by the writer
 	again  bool // woken while busy
@@ -604,7 +606,7 @@ func (o *outbox) reply(m outMsg) bool {
 // follow adds a parked lane for a process's events; unpark starts it. The
 // lane holds the log: the process waits rather than evict what this
 // connection has not yet sent.
-func (o *outbox) follow(id string, log *EventLog, afterSeq uint64, fromNow bool) *lane {
+func (o *outbox) follow(id string, log *engine.EventLog, afterSeq uint64, fromNow bool) *lane {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if o.shutDown {

@@ -4,15 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"time"
 
 	"github.com/flynn/noise"
-	"github.com/hashicorp/yamux"
 	"go.uber.org/zap"
 
-	"github.com/outpost-exec/outpost/identity"
 	"github.com/outpost-exec/outpost/internal/backoff"
 	"github.com/outpost-exec/outpost/protocol"
+	"github.com/outpost-exec/outpost/relay/relayclient"
 	"github.com/outpost-exec/outpost/transport"
 )
 
@@ -31,6 +31,15 @@ type JoinOptions struct {
 	Mux       transport.MuxConfig
 	// Joined, if set, is called after each successful join.
 	Joined func()
+
+	// Handshake limits of relayed clients, as in NativeOptions (and with
+	// its defaults): every stream the relay splices to the executor is
+	// admitted and served like a native connection, each relay session
+	// counting as one address (see responder).
+	MaxHandshakes           int
+	MaxHandshakesPerAddress int
+	HandshakeTimeout        time.Duration
+	FirstByteTimeout        time.Duration
 }
 
 // ErrJoinRefused wraps a relay's refusal (bad token, another key owns the
@@ -69,26 +78,31 @@ var errRelayDraining = errors.New("the relay is draining")
 // open on the old one until the relay closes it. At most one such old
 // session is kept: a second notice closes the first.
 func (s *Server) Join(ctx context.Context, opts JoinOptions) error {
-	addr, fp, err := transport.ParseRelayURL(opts.RelayURL)
+	u, err := transport.ParseURL(opts.RelayURL, transport.SchemeRelay, transport.SchemeRelayWS)
 	if err != nil {
 		return err
 	}
-	relayKey, err := identity.ParsePublicKey(fp)
-	if err != nil {
-		return fmt.Errorf("relay URL: %w", err)
-	}
+	addr := u.Addr
 	if opts.Mux == (transport.MuxConfig{}) {
 		opts.Mux = transport.DefaultMuxConfig()
 	}
+	// One responder for every session: relayed clients take the native
+	// path, each session one address that is never refused.
+	resp, err := s.newResponder(NativeOptions{Key: opts.Key, Authorize: opts.Authorize, Mux: opts.Mux,
+		MaxHandshakes: opts.MaxHandshakes, MaxHandshakesPerAddress: opts.MaxHandshakesPerAddress,
+		HandshakeTimeout: opts.HandshakeTimeout, FirstByteTimeout: opts.FirstByteTimeout}, false)
+	if err != nil {
+		return err
+	}
 	bo := backoff.Backoff{Initial: 100 * time.Millisecond, Max: 30 * time.Second}
-	var draining *yamux.Session // the old session of the last reconnect notice
+	var draining *relayclient.Conn // the old session of the last reconnect notice
 	defer func() {
 		if draining != nil {
 			draining.Close()
 		}
 	}()
-	for {
-		joinedAt, old, err := s.joinOnce(ctx, addr, relayKey, opts)
+	for session := 1; ; session++ {
+		joinedAt, old, err := s.joinOnce(ctx, resp, fmt.Sprintf("relay %s session %d", addr, session), opts)
 		if errors.Is(err, ErrJoinRefused) {
 			if errors.Is(err, ErrKeyRevoked) {
 				s.log.Error("the relay has revoked this executor's key: it can never join again; remove executor.key (a new key is made) and join with a new join token",
@@ -131,71 +145,47 @@ func (s *Server) Join(ctx context.Context, opts JoinOptions) error {
 	}
 }
 
-// joinOnce joins once and serves until the session ends. When the relay
-// asks for a reconnect it returns at once with the still-serving session
-// (old), whose clients keep running until the relay or the caller closes it.
-func (s *Server) joinOnce(ctx context.Context, addr string, relayKey identity.PublicKey, opts JoinOptions) (joinedAt time.Time, old *yamux.Session, err error) {
-	raw, err := transport.DialRelay(ctx, opts.RelayURL)
+// joinOnce joins once (a relayclient connection and relay/join) and
+// serves until the session ends; bucket is the address its clients count
+// against in resp's gate. When the relay asks for a reconnect it returns
+// at once with the still-serving session (old), whose clients keep
+// running until the relay or the caller closes it.
+func (s *Server) joinOnce(ctx context.Context, resp *responder, bucket string, opts JoinOptions) (joinedAt time.Time, old *relayclient.Conn, err error) {
+	rc, err := relayclient.Dial(ctx, opts.RelayURL, opts.Key, relayclient.Options{Mux: opts.Mux})
 	if err != nil {
 		return time.Time{}, nil, err
 	}
-	nc, err := transport.NoiseInitiator(ctx, raw, transport.NoiseConfig{Static: opts.Key, Purpose: "relay", PeerStatic: relayKey[:]})
-	if err != nil {
-		raw.Close()
-		return time.Time{}, nil, fmt.Errorf("relay handshake: %w", err)
-	}
-	sess, err := transport.MuxClient(nc, opts.Mux)
-	if err != nil {
-		raw.Close()
-		return time.Time{}, nil, err
-	}
-	stop := context.AfterFunc(ctx, func() { sess.Close() })
+	stop := context.AfterFunc(ctx, func() { rc.Close() })
 	handedOff := false
 	defer func() {
 		if !handedOff {
 			stop()
-			sess.Close()
+			rc.Close()
 		}
 	}()
-	ctl, err := sess.OpenStream()
+	err = rc.Join(ctx, protocol.RelayJoinParams{ExecutorID: opts.ID, Token: opts.Token, Labels: opts.Labels, Version: opts.Version})
+	if refusal := (*protocol.Error)(nil); errors.As(err, &refusal) {
+		return time.Time{}, nil, joinError(refusal)
+	}
 	if err != nil {
 		return time.Time{}, nil, err
 	}
-	mc := transport.NewMsgpackConn(ctl, 64<<10)
-	m, err := mc.Call(ctx, transport.IntID(1), protocol.MethodRelayJoin, protocol.RelayJoinParams{ExecutorID: opts.ID, Token: opts.Token, Labels: opts.Labels, Version: opts.Version})
-	if err != nil {
-		return time.Time{}, nil, fmt.Errorf("relay/join: %w", err)
-	}
-	if m.Error != nil {
-		return time.Time{}, nil, joinError(m.Error)
-	}
 	joinedAt = time.Now()
-	s.log.Info("joined the relay", zap.String("relay", addr), zap.String("executor", opts.ID))
+	s.log.Info("joined the relay", zap.String("relay", rc.Addr()), zap.String("executor", opts.ID))
 	if opts.Joined != nil {
 		opts.Joined()
 	}
 	// The join stream stays open; the relay may say relay/reconnect on it.
 	reconnect := make(chan struct{})
 	go func() {
-		for {
-			m, err := mc.ReadMessage(ctx)
-			if err != nil {
-				var malformed *transport.MalformedError
-				if errors.As(err, &malformed) {
-					continue
-				}
-				return // the session ended
-			}
-			if m.Kind == transport.KindNotification && m.Method == protocol.MethodRelayReconnect {
-				close(reconnect)
-				return
-			}
+		if rc.AwaitNotification(ctx, protocol.MethodRelayReconnect) == nil {
+			close(reconnect)
 		}
 	}()
 	served := make(chan struct{})
 	go func() {
 		defer close(served)
-		s.serveRelayed(ctx, sess, opts)
+		s.serveRelayed(resp, rc, bucket)
 	}()
 	select {
 	case <-served:
@@ -205,9 +195,9 @@ func (s *Server) joinOnce(ctx context.Context, addr string, relayKey identity.Pu
 		go func() {
 			<-served
 			stop()
-			sess.Close()
+			rc.Close()
 		}()
-		return joinedAt, sess, errRelayDraining
+		return joinedAt, rc, errRelayDraining
 	}
 }
 
@@ -230,34 +220,13 @@ func joinError(e *protocol.Error) error {
 	return fmt.Errorf("%w: %w", ErrJoinRefused, e)
 }
 
-// serveRelayed serves every client stream the relay opens: each is a
-// native connection (Noise as responder, with the executor's allow-list,
-// then yamux and the method table).
-func (s *Server) serveRelayed(ctx context.Context, sess *yamux.Session, opts JoinOptions) {
-	for {
-		st, err := sess.AcceptStream()
-		if err != nil {
-			return
-		}
-		go func() {
-			defer st.Close()
-			cfg := transport.NoiseConfig{Static: opts.Key, Purpose: NativePurpose, AllowXX: true}
-			if opts.Authorize != nil {
-				cfg.Authorize = func(peer, _ []byte) error { return opts.Authorize(peer) }
-			}
-			start := time.Now()
-			nc, err := transport.NoiseResponder(ctx, st, cfg)
-			if err != nil {
-				s.log.Info("relayed client refused", zap.Error(err))
-				return
-			}
-			ctx := withHandshake(ctx, handshakeInfo{start: start, end: time.Now(), via: "relay"})
-			inner, err := transport.MuxServer(nc, opts.Mux)
-			if err != nil {
-				return
-			}
-			defer inner.Close()
-			s.ServeMux(ctx, inner, opts.Mux.MaxInboundStreams)
-		}()
-	}
+// serveRelayed serves every client stream the relay opens on rc, until
+// rc ends, as the native listener serves its connections: through resp
+// (its admission gate, the Noise responder with the executor's
+// allow-list, yamux, the method table), every stream counted against the
+// address bucket.
+func (s *Server) serveRelayed(resp *responder, rc *relayclient.Conn, bucket string) {
+	acc := resp.accept(rc.Streams(), func(net.Conn) string { return bucket }, "relay")
+	<-rc.Done()
+	acc.Close()
 }

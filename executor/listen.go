@@ -29,19 +29,37 @@ type ListenURL struct {
 const DefaultListenURL = "ws://127.0.0.1:0"
 
 // ParseListenURL accepts ws://IP:PORT (an IP literal, not a name) and
-// stdio (or stdio://).
+// stdio (or stdio://), with codex's error messages: a thin wrapper over
+// transport.ParseURL.
 func ParseListenURL(s string) (ListenURL, error) {
 	if s == "stdio" || s == "stdio://" {
-		return ListenURL{Scheme: "stdio"}, nil
+		return ListenURL{Scheme: transport.SchemeStdio}, nil
 	}
-	if rest, ok := strings.CutPrefix(s, "ws://"); ok {
-		ap, err := netip.ParseAddrPort(rest)
-		if err != nil {
-			return ListenURL{}, fmt.Errorf("invalid websocket --listen URL `%s`; expected `ws://IP:PORT`", s)
-		}
-		return ListenURL{Scheme: "ws", Addr: ap.String()}, nil
+	u, err := transport.ParseURL(s, transport.SchemeWS)
+	if err != nil && transport.URLErrorScheme(err) == "" {
+		return ListenURL{}, &UnsupportedListenError{URL: s}
 	}
-	return ListenURL{}, fmt.Errorf("unsupported --listen URL `%s`; expected `ws://IP:PORT` or `stdio`", s)
+	ap, aerr := netip.ParseAddrPort(u.Addr)
+	if err != nil || aerr != nil || u.Path != "" {
+		return ListenURL{}, fmt.Errorf("invalid websocket --listen URL `%s`; expected `ws://IP:PORT`", s)
+	}
+	return ListenURL{Scheme: transport.SchemeWS, Addr: ap.String()}, nil
+}
+
+// UnsupportedListenError is a --listen URL of a scheme the codex front
+// does not serve; its message is codex's. A front end that also serves
+// other schemes names them with Expect.
+type UnsupportedListenError struct {
+	URL    string
+	Expect string // default "`ws://IP:PORT` or `stdio`"
+}
+
+func (e *UnsupportedListenError) Error() string {
+	expect := e.Expect
+	if expect == "" {
+		expect = "`ws://IP:PORT` or `stdio`"
+	}
+	return fmt.Sprintf("unsupported --listen URL `%s`; expected %s", e.URL, expect)
 }
 
 // WebSocket keepalive: a ping every interval; a peer that does not answer

@@ -4,6 +4,8 @@ import (
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/outpost-exec/outpost/engine"
 )
 
 // Metrics count what the executor does, for Prometheus. A nil *Metrics
@@ -137,7 +139,7 @@ func (m *Metrics) limitHits(oomKills, pidsRefusals int) {
 }
 
 // exited records a closed process.
-func (m *Metrics) exited(ev Snapshot) {
+func (m *Metrics) exited(ev engine.Snapshot) {
 	if m == nil {
 		return
 	}

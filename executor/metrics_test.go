@@ -6,6 +6,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/outpost-exec/outpost/engine"
 	"github.com/outpost-exec/outpost/protocol"
 )
 
@@ -14,7 +15,7 @@ import (
 func TestMetricsCountRetentionEvictionsWhenProcessCloses(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	m := NewMetrics(reg)
-	l := NewEventLog(Retention{MaxBytes: 1 << 20, MaxChunks: 1}, 1)
+	l := engine.NewEventLog(engine.Retention{MaxBytes: 1 << 20, MaxChunks: 1}, 1)
 	m.started()
 	for _, s := range []string{"aa", "bbb", "c"} {
 		mustAppend(t, l, protocol.StreamStdout, s)

@@ -1,18 +1,24 @@
 package executor
 
 // The native transport: tcp:// or unix:// → Noise (the executor responds;
-// IK for clients that pinned its key, XX for first contact) → yamux. The
+// IK for clients that pinned its key, XX for first contact) → yamux; and
+// the same inside each stream a joined relay splices to the executor. The
 // client opens a control stream carrying msgpack RPC (the same method
 // table as the WebSocket front); the executor opens one stream per
 // followed process, starting with a process/events header and carrying
 // that process's notifications in seq order, then closes it after
 // process/closed.
 //
-// Bounds: MaxConnections connections per listener; of them at most
-// MaxHandshakes, and MaxHandshakesPerAddress from one source address,
-// before the end of their handshake (see handshakeGate: a new connection
-// never waits for a slot, it takes the oldest one, idle ones first); at
-// most maxFailureEntries addresses in the failure table behind
+// Both kinds of link take one path, the responder: its admission gate,
+// the first byte, the Noise handshake (allow-list included), yamux and the
+// method table, under the same limits.
+//
+// Bounds: MaxConnections connections per listener (per relay session for
+// relayed links); of them at most MaxHandshakes, and
+// MaxHandshakesPerAddress from one source address, before the end of
+// their handshake (see handshakeGate: a new connection never waits for a
+// slot, it takes the oldest one, idle ones first); at most
+// maxFailureEntries addresses in the failure table behind
 // MaxFailedHandshakes; MuxConfig.MaxInboundStreams control streams per
 // connection (more are reset); one stream and one goroutine per followed
 // process.
@@ -27,7 +33,6 @@ import (
 	"net/netip"
 	"os"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -37,12 +42,14 @@ import (
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
 
+	"github.com/outpost-exec/outpost/engine"
 	"github.com/outpost-exec/outpost/protocol"
 	"github.com/outpost-exec/outpost/transport"
 )
 
-// NativePurpose is the Noise purpose of client↔executor links.
-const NativePurpose = "exec"
+// NativePurpose is the Noise purpose of client↔executor links, direct or
+// relayed.
+const NativePurpose = transport.PurposeExec
 
 // Defaults of NativeOptions.
 const (
@@ -94,31 +101,19 @@ type NativeOptions struct {
 
 // NativeListener serves the native transport on a listener.
 type NativeListener struct {
-	srv  *Server
-	acc  *transport.Acceptor
-	opts NativeOptions
-	url  string
-	gate *handshakeGate
+	*responder
+	acc *transport.Acceptor
+	url string
 }
 
-// ParseNativeURL splits tcp://HOST:PORT or unix:///path into a network
-// and an address.
+// ParseNativeURL splits a tcp://HOST:PORT or unix:///path listen URL
+// into a network and an address (a thin wrapper over transport.ParseURL).
 func ParseNativeURL(s string) (network, addr string, err error) {
-	if rest, ok := strings.CutPrefix(s, "tcp://"); ok {
-		rest, _, _ = strings.Cut(rest, "#")
-		if _, _, err := net.SplitHostPort(rest); err != nil {
-			return "", "", fmt.Errorf("invalid tcp URL `%s`; expected `tcp://HOST:PORT`", s)
-		}
-		return "tcp", rest, nil
+	u, err := transport.ParseURL(s, transport.SchemeTCP, transport.SchemeUnix)
+	if err != nil {
+		return "", "", err
 	}
-	if rest, ok := strings.CutPrefix(s, "unix://"); ok {
-		rest, _, _ = strings.Cut(rest, "#")
-		if !strings.HasPrefix(rest, "/") {
-			return "", "", fmt.Errorf("invalid unix URL `%s`; expected `unix:///absolute/path`", s)
-		}
-		return "unix", rest, nil
-	}
-	return "", "", fmt.Errorf("unsupported URL `%s`; expected `tcp://HOST:PORT` or `unix:///path`", s)
+	return u.Network(), u.Addr, nil
 }
 
 // withDefaults fills unset options and checks the rest.
@@ -168,7 +163,8 @@ func (s *Server) ListenNative(url string, opts NativeOptions) (*NativeListener, 
 	if err != nil {
 		return nil, err
 	}
-	if opts, err = opts.withDefaults(); err != nil {
+	r, err := s.newResponder(opts, true)
+	if err != nil {
 		return nil, err
 	}
 	if network == "unix" {
@@ -185,14 +181,14 @@ func (s *Server) ListenNative(url string, opts NativeOptions) (*NativeListener, 
 	if network == "unix" {
 		os.Chmod(addr, 0o600)
 	}
-	l := &NativeListener{srv: s, opts: opts, gate: newHandshakeGate(opts, s.log, s.cfg.Metrics)}
+	l := &NativeListener{responder: r}
 	if network == "tcp" {
-		l.url = "tcp://" + ln.Addr().String()
+		l.url = transport.SchemeTCP + "://" + ln.Addr().String()
 	} else {
-		l.url = "unix://" + addr
+		l.url = transport.SchemeUnix + "://" + addr
 	}
 	s.cfg.Metrics.watchGate(l.gate, true)
-	l.acc = transport.Serve(&gatedListener{Listener: ln, gate: l.gate}, opts.MaxConnections, l.serve)
+	l.acc = r.accept(ln, addressKey, "")
 	return l, nil
 }
 
@@ -223,22 +219,68 @@ type unauthorizedError struct{ err error }
 func (e *unauthorizedError) Error() string { return e.err.Error() }
 func (e *unauthorizedError) Unwrap() error { return e.err }
 
-func (l *NativeListener) serve(ctx context.Context, c net.Conn) {
+// responder is the executor's one Noise responder path. Every client
+// link — a connection to a native listener, or a stream a joined relay
+// splices (see Server.Join) — is admitted by its gate (gatedListener) and
+// served by serve: the first byte within FirstByteTimeout, the Noise
+// handshake (purpose exec, the Authorize allow-list) within
+// HandshakeTimeout of accept, yamux, a first stream within
+// HandshakeTimeout again, then the method table.
+//
+// A native listener has a responder of its own, whose addresses are
+// source addresses (addressKey). A joined executor has one for all its
+// relay sessions, and each session is one address: the relay is to the
+// executor what a NAT or a proxy is, every client it brings arrives from
+// it, and the client's key is not known before its handshake. So the
+// pending-handshake bounds, eviction, timeouts and first-stream rule hold
+// per relay session exactly as per source address; but a relay session
+// is never refused for failed handshakes (they are counted, in metrics
+// and logs, not held against it): one client-token holder sending junk,
+// or a client with a stale pin retrying, would otherwise lock every
+// relayed client out for the rest of the window. Sources that fail the
+// relay's own handshake are refused by the relay.
+type responder struct {
+	srv  *Server
+	opts NativeOptions
+	gate *handshakeGate
+}
+
+// newResponder fills opts' defaults and makes the gate; block says whether
+// an address that fails too many handshakes is refused for the rest of
+// its window.
+func (s *Server) newResponder(opts NativeOptions, block bool) (*responder, error) {
+	opts, err := opts.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	g := newHandshakeGate(opts, s.log, s.cfg.Metrics)
+	g.neverBlock = !block
+	return &responder{srv: s, opts: opts, gate: g}, nil
+}
+
+// accept serves the links ln accepts, at most MaxConnections at once,
+// each counted against the address key names; via names the kind of link
+// in traces ("" for ln's network). Closing the Acceptor closes ln.
+func (r *responder) accept(ln net.Listener, key func(net.Conn) string, via string) *transport.Acceptor {
+	return transport.Serve(&gatedListener{Listener: ln, gate: r.gate, key: key, via: via}, r.opts.MaxConnections, r.serve)
+}
+
+func (r *responder) serve(ctx context.Context, c net.Conn) {
 	gc, ok := c.(*gatedConn)
 	if !ok {
 		return // every connection comes through gatedListener
 	}
-	defer l.gate.leave(gc)
-	deadline := gc.accepted.Add(l.opts.HandshakeTimeout)
-	if !l.awaitFirstByte(ctx, gc, gc.accepted.Add(l.opts.FirstByteTimeout)) { // FirstByteTimeout ≤ HandshakeTimeout
+	defer r.gate.leave(gc)
+	deadline := gc.accepted.Add(r.opts.HandshakeTimeout)
+	if !r.awaitFirstByte(ctx, gc, gc.accepted.Add(r.opts.FirstByteTimeout)) { // FirstByteTimeout ≤ HandshakeTimeout
 		return
 	}
-	cfg := transport.NoiseConfig{Static: l.opts.Key, Purpose: NativePurpose, AllowXX: true, HandshakeTimeout: l.opts.HandshakeTimeout}
+	cfg := transport.NoiseConfig{Static: r.opts.Key, Purpose: NativePurpose, AllowXX: true, HandshakeTimeout: r.opts.HandshakeTimeout}
 	cfg.Authorize = func(peer, payload []byte) error {
-		if l.opts.Authorize == nil {
+		if r.opts.Authorize == nil {
 			return nil
 		}
-		if err := l.opts.Authorize(peer); err != nil {
+		if err := r.opts.Authorize(peer); err != nil {
 			return &unauthorizedError{err}
 		}
 		return nil
@@ -248,24 +290,24 @@ func (l *NativeListener) serve(ctx context.Context, c net.Conn) {
 	nc, err := transport.NoiseResponder(hctx, gc, cfg)
 	cancel()
 	if err != nil {
-		l.handshakeFailed(ctx, gc, err)
+		r.handshakeFailed(ctx, gc, err)
 		return
 	}
-	l.gate.leave(gc) // authenticated: its slot goes to the next one
-	ctx = withHandshake(ctx, handshakeInfo{start: gc.accepted, end: time.Now(), via: c.LocalAddr().Network()})
-	sess, err := transport.MuxServer(nc, l.opts.Mux)
+	r.gate.leave(gc) // authenticated: its slot goes to the next one
+	ctx = withHandshake(ctx, handshakeInfo{start: gc.accepted, end: time.Now(), via: gc.via})
+	sess, err := transport.MuxServer(nc, r.opts.Mux)
 	if err != nil {
-		l.srv.log.Warn("mux setup failed", zap.Error(err))
+		r.srv.log.Warn("mux setup failed", zap.Error(err))
 		return
 	}
 	defer sess.Close()
-	l.srv.serveMux(ctx, sess, l.opts.Mux.MaxInboundStreams, l.opts.HandshakeTimeout)
+	r.srv.serveMux(ctx, sess, r.opts.Mux.MaxInboundStreams, r.opts.HandshakeTimeout)
 }
 
 // awaitFirstByte waits until deadline for the connection's first byte
 // (kept for the handshake to read) and moves it from waiting to
 // handshaking; false means the connection is done for.
-func (l *NativeListener) awaitFirstByte(ctx context.Context, gc *gatedConn, deadline time.Time) bool {
+func (r *responder) awaitFirstByte(ctx context.Context, gc *gatedConn, deadline time.Time) bool {
 	gc.SetReadDeadline(deadline)
 	var b [1]byte
 	var n int
@@ -276,37 +318,44 @@ func (l *NativeListener) awaitFirstByte(ctx context.Context, gc *gatedConn, dead
 	gc.SetReadDeadline(time.Time{})
 	if n == 1 {
 		gc.first = []byte{b[0]}
-		return l.gate.heard(gc)
+		return r.gate.heard(gc)
 	}
 	switch {
-	case l.gate.evicted(gc), ctx.Err() != nil:
+	case r.gate.evicted(gc), ctx.Err() != nil:
 		// Counted when evicted; or the listener is closing.
-	case errors.Is(err, os.ErrDeadlineExceeded):
-		l.gate.failed(gc.key, failSilent)
-		l.srv.log.Info("handshake failed: the client sent nothing", zap.Stringer("remote", gc.RemoteAddr()), zap.String("address", gc.key))
+	case isTimeout(err):
+		r.gate.failed(gc.key, failSilent)
+		r.srv.log.Info("handshake failed: the client sent nothing", zap.Stringer("remote", gc.RemoteAddr()), zap.String("address", gc.key))
 	default:
 		// It hung up without a word (a port check or a load balancer's
 		// probe): it held no slot for long and costs nothing to count.
-		l.srv.log.Debug("connection closed before its handshake", zap.Stringer("remote", gc.RemoteAddr()), zap.Error(err))
+		r.srv.log.Debug("connection closed before its handshake", zap.Stringer("remote", gc.RemoteAddr()), zap.Error(err))
 	}
 	return false
 }
 
 // handshakeFailed classifies and counts a failed handshake.
-func (l *NativeListener) handshakeFailed(ctx context.Context, gc *gatedConn, err error) {
-	if ctx.Err() != nil || l.gate.evicted(gc) {
+func (r *responder) handshakeFailed(ctx context.Context, gc *gatedConn, err error) {
+	if ctx.Err() != nil || r.gate.evicted(gc) {
 		return // the listener is closing; or counted when evicted
 	}
 	reason := failError
 	var unauth *unauthorizedError
 	switch {
-	case errors.Is(err, os.ErrDeadlineExceeded):
+	case isTimeout(err):
 		reason = failTimeout
 	case errors.As(err, &unauth):
 		reason = failUnauthorized
 	}
-	l.gate.failed(gc.key, reason)
-	l.srv.log.Info("handshake failed", zap.Stringer("remote", gc.RemoteAddr()), zap.String("reason", reason), zap.Error(err))
+	r.gate.failed(gc.key, reason)
+	r.srv.log.Info("handshake failed", zap.Stringer("remote", gc.RemoteAddr()), zap.String("address", gc.key), zap.String("reason", reason), zap.Error(err))
+}
+
+// isTimeout reports a deadline that passed: a socket's, or a yamux
+// stream's (a relayed link).
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.Is(err, os.ErrDeadlineExceeded) || errors.As(err, &ne) && ne.Timeout()
 }
 
 // Admission of native connections.
@@ -387,7 +436,8 @@ const (
 // gatedConn is an accepted connection under admission control.
 type gatedConn struct {
 	net.Conn
-	key      string    // its source address (see addressKey)
+	key      string    // its source address (see addressKey), or its relay session
+	via      string    // the kind of link, for traces: "tcp", "unix" or "relay"
 	seq      uint64    // accept order
 	accepted time.Time // real clock, for socket deadlines
 	// first is the byte read while waiting, handed to the first Read;
@@ -410,10 +460,14 @@ func (c *gatedConn) Read(p []byte) (int, error) {
 }
 
 // gatedListener admits every connection it accepts through the gate;
-// refused ones are closed before Accept returns.
+// refused ones are closed before Accept returns. key names the address a
+// connection counts against; via is the kind of link ("": the
+// connection's network).
 type gatedListener struct {
 	net.Listener
 	gate *handshakeGate
+	key  func(net.Conn) string
+	via  string
 }
 
 func (l *gatedListener) Accept() (net.Conn, error) {
@@ -422,11 +476,22 @@ func (l *gatedListener) Accept() (net.Conn, error) {
 		if err != nil {
 			return nil, err
 		}
-		if gc := l.gate.admit(c); gc != nil {
+		if gc := l.gate.admit(c, l.key(c)); gc != nil {
+			gc.via = l.via
+			if gc.via == "" {
+				gc.via = c.LocalAddr().Network()
+			}
 			return gc, nil
 		}
-		c.Close()
+		closeNow(c)
 	}
+}
+
+// closeNow closes c and, for a yamux stream (whose Close only half-closes
+// it), also ends any Read or Write blocked on it.
+func closeNow(c net.Conn) {
+	c.SetDeadline(time.Unix(1, 0))
+	c.Close()
 }
 
 type failureEntry struct {
@@ -443,6 +508,9 @@ type handshakeGate struct {
 	now                    func() time.Time
 	log                    *zap.Logger
 	metrics                *Metrics
+	// neverBlock: failed handshakes are counted but no address is ever
+	// refused (a relayed link's, see responder).
+	neverBlock bool
 
 	mu      sync.Mutex
 	seq     uint64
@@ -466,10 +534,9 @@ func newHandshakeGate(o NativeOptions, log *zap.Logger, m *Metrics) *handshakeGa
 	}
 }
 
-// admit registers a new connection, evicting an older one if it must;
-// nil means refuse it (its address is blocked).
-func (g *handshakeGate) admit(c net.Conn) *gatedConn {
-	key := addressKey(c)
+// admit registers a new connection from the address key, evicting an
+// older one if it must; nil means refuse it (its address is blocked).
+func (g *handshakeGate) admit(c net.Conn, key string) *gatedConn {
 	gc := &gatedConn{Conn: c, key: key, accepted: time.Now()}
 	g.mu.Lock()
 	now := g.now() // under mu, so failure windows start in order
@@ -498,7 +565,7 @@ func (g *handshakeGate) admit(c net.Conn) *gatedConn {
 	}
 	g.addLocked(gc)
 	g.mu.Unlock()
-	victim.Conn.Close()
+	closeNow(victim.Conn)
 	g.metrics.refused(refusedEvicted)
 	if slow {
 		g.metrics.handshakeFailed(failSlow)
@@ -595,6 +662,9 @@ func (g *handshakeGate) failed(key, reason string) {
 }
 
 func (g *handshakeGate) failedLocked(key string, now time.Time) {
+	if g.neverBlock {
+		return
+	}
 	var f *failureEntry
 	if e := g.failures[key]; e != nil {
 		f = e.Value.(*failureEntry)
@@ -761,7 +831,7 @@ type streamLanes struct {
 	log  *zap.Logger
 
 	mu     sync.Mutex
-	lanes  map[*Subscription]io.Closer
+	lanes  map[*engine.Subscription]io.Closer
 	closed bool
 	done   chan struct{} // closed by shutdown
 	wg     sync.WaitGroup
@@ -769,17 +839,17 @@ type streamLanes struct {
 
 // follow subscribes (holding) and returns the function that starts the
 // lane once the reply that created it has been queued.
-func (s *streamLanes) follow(ctx context.Context, sessionID, id string, log *EventLog, afterSeq uint64, fromNow bool) func() {
+func (s *streamLanes) follow(ctx context.Context, sessionID, id string, log *engine.EventLog, afterSeq uint64, fromNow bool) func() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
 		return nil
 	}
 	if s.lanes == nil {
-		s.lanes = make(map[*Subscription]io.Closer)
+		s.lanes = make(map[*engine.Subscription]io.Closer)
 		s.done = make(chan struct{})
 	}
-	var sub *Subscription
+	var sub *engine.Subscription
 	if fromNow {
 		sub = log.SubscribeNow(true, nil)
 	} else {
@@ -797,7 +867,7 @@ func (s *streamLanes) follow(ctx context.Context, sessionID, id string, log *Eve
 	}
 }
 
-func (s *streamLanes) run(ctx context.Context, sessionID, id string, sub *Subscription) {
+func (s *streamLanes) run(ctx context.Context, sessionID, id string, sub *engine.Subscription) {
 	defer s.wg.Done()
 	defer func() {
 		s.mu.Lock()

@@ -217,7 +217,7 @@ func TestSandboxHidesTheExecutorsSecretsWhateverThePolicy(t *testing.T) {
 		t.Fatal("a sandbox wrote into the executor's state")
 	}
 	// fs/* judged by a policy: hidden too.
-	_, err = sess.fsReadFile(protocol.FsReadFileParams{Path: filepath.Join(state, "executor.key"), Sandbox: map[string]any{"mode": "workspace-write", "cwd": ws}})
+	_, err = sess.files.ReadFile(protocol.FsReadFileParams{Path: filepath.Join(state, "executor.key"), Sandbox: map[string]any{"mode": "workspace-write", "cwd": ws}})
 	if err == nil {
 		t.Fatal("fs/readFile under a policy read the executor's key")
 	}

@@ -12,6 +12,7 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/outpost-exec/outpost/engine"
 	"github.com/outpost-exec/outpost/pathmap"
 	"github.com/outpost-exec/outpost/protocol"
 	"github.com/outpost-exec/outpost/sandbox"
@@ -96,7 +97,7 @@ func runSandboxed(t *testing.T, sess *Session, cwd string, policy map[string]any
 	evs := collect(t, proc)
 	r := sandboxRun{out: output(evs, ""), typ: res.SandboxType}
 	for _, e := range evs {
-		if e.Kind == EventExited {
+		if e.Kind == engine.EventExited {
 			r.code, r.denied = e.ExitCode, e.SandboxDenied
 		}
 	}
@@ -129,7 +130,7 @@ func dirOutsideTmp(t *testing.T) string {
 
 func TestSandboxWorkspaceWriteConfinesWritesAndFlagsTheDenial(t *testing.T) {
 	requireSandbox(t)
-	_, sess := newTestSession(t, NewLocalBackend())
+	_, sess := newTestSession(t, engine.NewLocalBackend())
 	cwd, outside := dirOutsideTmp(t), dirOutsideTmp(t)
 	ws := map[string]any{"mode": "workspace-write"}
 	r := runSandboxed(t, sess, cwd, ws, nil, "/bin/sh", "-c", "echo inside > inside.txt && cat inside.txt")
@@ -147,7 +148,7 @@ func TestSandboxWorkspaceWriteConfinesWritesAndFlagsTheDenial(t *testing.T) {
 
 func TestSandboxSymlinkAndDotDotEscapesAreDenied(t *testing.T) {
 	requireSandbox(t)
-	_, sess := newTestSession(t, NewLocalBackend())
+	_, sess := newTestSession(t, engine.NewLocalBackend())
 	cwd, outside := dirOutsideTmp(t), dirOutsideTmp(t)
 	os.Symlink(outside, filepath.Join(cwd, "link"))
 	ws := map[string]any{"mode": "workspace-write"}
@@ -168,7 +169,7 @@ func TestSandboxProtectsGitInsideTheWorkspace(t *testing.T) {
 	if !sandbox.Probe().MountNamespaces {
 		t.Skip("no user namespaces: protected sub-paths are reported as not enforced")
 	}
-	_, sess := newTestSession(t, NewLocalBackend())
+	_, sess := newTestSession(t, engine.NewLocalBackend())
 	cwd := t.TempDir()
 	os.Mkdir(filepath.Join(cwd, ".git"), 0o755)
 	os.WriteFile(filepath.Join(cwd, ".git", "config"), []byte("[core]\n"), 0o644)
@@ -187,7 +188,7 @@ func TestSandboxProtectsGitInsideTheWorkspace(t *testing.T) {
 
 func TestSandboxReadOnlyDeniesEveryWrite(t *testing.T) {
 	requireSandbox(t)
-	_, sess := newTestSession(t, NewLocalBackend())
+	_, sess := newTestSession(t, engine.NewLocalBackend())
 	cwd := t.TempDir()
 	r := runSandboxed(t, sess, cwd, map[string]any{"mode": "read-only"}, nil, "/bin/sh", "-c", "cat /etc/hostname >/dev/null && echo read-ok && echo x > f.txt")
 	if r.code == 0 || !strings.Contains(r.out, "read-ok") || !r.denied {
@@ -211,7 +212,7 @@ func TestSandboxNetworkOffDeniesTCPAndOnAllowsIt(t *testing.T) {
 			c.Close()
 		}
 	}()
-	_, sess := newTestSession(t, NewLocalBackend())
+	_, sess := newTestSession(t, engine.NewLocalBackend())
 	self, _ := os.Executable()
 	env := map[string]string{"OUTPOST_TEST_DIAL": ln.Addr().String()}
 	cwd := t.TempDir()
@@ -256,7 +257,7 @@ func TestSandboxedRootCannotUnmountTheProtection(t *testing.T) {
 	if !sandbox.Probe().MountNamespaces {
 		t.Skip("no user namespaces")
 	}
-	_, sess := newTestSession(t, NewLocalBackend())
+	_, sess := newTestSession(t, engine.NewLocalBackend())
 	cwd := t.TempDir()
 	os.Mkdir(filepath.Join(cwd, ".git"), 0o755)
 	r := runSandboxed(t, sess, cwd, map[string]any{"mode": "workspace-write"}, nil, "/bin/sh", "-c", "umount .git 2>&1; echo x > .git/f")
@@ -273,7 +274,7 @@ func TestSandboxNoneEntryHidesAPath(t *testing.T) {
 	if !sandbox.Probe().MountNamespaces {
 		t.Skip("no user namespaces")
 	}
-	_, sess := newTestSession(t, NewLocalBackend())
+	_, sess := newTestSession(t, engine.NewLocalBackend())
 	cwd := t.TempDir()
 	secret := filepath.Join(cwd, "secret")
 	os.Mkdir(secret, 0o755)
@@ -287,7 +288,7 @@ func TestSandboxNoneEntryHidesAPath(t *testing.T) {
 
 func TestSandboxNetworkOffDeniesEveryIPOperationButUnixSockets(t *testing.T) {
 	requireSandbox(t)
-	_, sess := newTestSession(t, NewLocalBackend())
+	_, sess := newTestSession(t, engine.NewLocalBackend())
 	self, _ := os.Executable()
 	cwd := t.TempDir()
 	policy := map[string]any{"mode": "workspace-write", "writableRoots": []string{filepath.Dir(self)}}
@@ -302,7 +303,7 @@ func TestSandboxNetworkOffDeniesEveryIPOperationButUnixSockets(t *testing.T) {
 
 func TestSandboxedProcessHasNoNewPrivsAndMarkers(t *testing.T) {
 	requireSandbox(t)
-	_, sess := newTestSession(t, NewLocalBackend())
+	_, sess := newTestSession(t, engine.NewLocalBackend())
 	cwd := t.TempDir()
 	r := runSandboxed(t, sess, cwd, map[string]any{"mode": "read-only"}, nil, "/bin/sh", "-c", "grep NoNewPrivs /proc/self/status; echo $OUTPOST_SANDBOX $OUTPOST_SANDBOX_NETWORK_DISABLED; echo x > /dev/null && echo devnull-ok; ulimit -c")
 	for _, want := range []string{"NoNewPrivs:\t1", "linuxSeccomp 1", "devnull-ok", "\n0\n"} {
@@ -317,7 +318,7 @@ func TestSandboxWorkspaceWriteAllowsTmpAndRefusesReplacingGit(t *testing.T) {
 	if !sandbox.Probe().MountNamespaces {
 		t.Skip("no user namespaces")
 	}
-	_, sess := newTestSession(t, NewLocalBackend())
+	_, sess := newTestSession(t, engine.NewLocalBackend())
 	cwd := dirOutsideTmp(t)
 	os.Mkdir(filepath.Join(cwd, ".git"), 0o755)
 	r := runSandboxed(t, sess, cwd, map[string]any{"mode": "workspace-write"}, nil, "/bin/sh", "-c", "f=$(mktemp /tmp/outpost-sb-XXXXXX) && echo tmp-ok && rm $f; rm -rf .git 2>&1; mv .git moved 2>&1; ln -s /tmp .git 2>&1; test -d .git && ! test -L .git && echo git-intact")
@@ -330,7 +331,7 @@ func TestSandboxWorkspaceWriteAllowsTmpAndRefusesReplacingGit(t *testing.T) {
 }
 
 func TestFullAccessRunsUnwrapped(t *testing.T) {
-	_, sess := newTestSession(t, NewLocalBackend())
+	_, sess := newTestSession(t, engine.NewLocalBackend())
 	r := runSandboxed(t, sess, t.TempDir(), map[string]any{"mode": "full-access"}, nil, "/bin/sh", "-c", "grep NoNewPrivs /proc/self/status")
 	if r.typ != sandbox.TypeNone || !strings.Contains(r.out, "NoNewPrivs:\t0") {
 		t.Fatalf("%+v", r)
@@ -363,7 +364,7 @@ func TestSandboxPIDNamespaceHidesOtherProcessesAndKeepsSignals(t *testing.T) {
 	if !sandbox.Probe().MountNamespaces {
 		t.Skip("no user namespaces")
 	}
-	_, sess := newTestSession(t, NewLocalBackend())
+	_, sess := newTestSession(t, engine.NewLocalBackend())
 	cwd := t.TempDir()
 	r := runSandboxed(t, sess, cwd, map[string]any{"mode": "read-only"}, nil, "/bin/sh", "-c", "ls /proc | grep -c '^[0-9]'")
 	if n := strings.TrimSpace(r.out); n == "" || len(n) > 1 {
@@ -426,7 +427,7 @@ func TestDedicatedSandboxHelperOfThisBuildIsUsedAndOthersRefused(t *testing.T) {
 	// Replacing the file on disk changes nothing: the descriptor is pinned.
 	os.Rename(bin, bin+".old")
 	os.WriteFile(bin, []byte("#!/bin/sh\necho impostor\n"), 0o755)
-	_, sess := newTestSession(t, NewLocalBackend())
+	_, sess := newTestSession(t, engine.NewLocalBackend())
 	r := runSandboxed(t, sess, t.TempDir(), map[string]any{"mode": "read-only"}, nil, "/bin/sh", "-c", "grep NoNewPrivs /proc/self/status; echo x > /etc/outpost-test && echo wrote")
 	if !strings.Contains(r.out, "NoNewPrivs:\t1") || strings.Contains(r.out, "wrote") || strings.Contains(r.out, "impostor") || r.code == 0 {
 		t.Fatalf("through the dedicated helper: %+v", r)

@@ -1,19 +1,31 @@
-// Package executor is outpost's exec-server: it starts processes for
-// remote clients and lets them stream output, write stdin, signal, resize,
-// terminate and resume after a dropped connection.
+// Package executor is outpost's exec-server: it serves remote clients the
+// process methods (start, stream output, write stdin, signal, resize,
+// terminate, resume after a dropped connection) and the fs/* methods.
 //
 // A Server owns sessions. A connection calls initialize to open a session
-// (or re-attach a detached one), then drives processes through the method
-// table in handler.go. Processes belong to the session, not the
-// connection: when the connection drops, the session detaches and its
-// processes keep running for Config.DetachedTTL, their output retained
-// (bounded) for a later process/read.
+// (or re-attach a detached one), then drives it through the method table
+// in conn.go, shared by every codec; conn.go also schedules the
+// connection's writes (replies first, then each process's events, round
+// robin). Processes belong to the session, not the connection: when the
+// connection drops, the session detaches and its processes keep running
+// for Config.DetachedTTL, their output retained (bounded) for a later
+// process/read. The front ends are listen.go (ws:// and stdio, the codex
+// stack), native.go (tcp:// and unix:// behind Noise and yamux) and
+// join.go (an executor joined to a relay).
+//
+// What runs processes and keeps their output is package engine
+// (Config.Backend); the fs/* methods are package remotefs, one
+// remotefs.Session per session. This package prepares a start (path
+// mapping, environment, sandbox policy) and serves both to clients.
 //
 // Bounds: Config.MaxSessions sessions; Config.MaxProcessesPerSession
-// processes per session (running, starting, or closed and retained; a
-// full table evicts its oldest closed process before refusing a start); per process, a retention buffer (Retention) and at most four
-// goroutines (two output pumps, a waiter, a stdin feeder); per connection,
-// Config.MaxConcurrentReads long polls and maxPendingReplies queued replies.
+// processes per session (running, starting, or closed and retained; a full
+// table evicts its oldest closed process before refusing a start); per
+// process, what the engine bounds (engine.Retention, a stdin queue, at most
+// four goroutines) and, with metrics or tracing on, one waiter; per
+// connection, Config.MaxConcurrentReads long polls and fs calls and
+// maxPendingReplies queued replies; per session, Config.MaxFileHandles open
+// files.
 package executor
 
 import (
@@ -30,15 +42,18 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/outpost-exec/outpost/engine"
 	"github.com/outpost-exec/outpost/identity"
 	"github.com/outpost-exec/outpost/pathmap"
 	"github.com/outpost-exec/outpost/protocol"
+	"github.com/outpost-exec/outpost/remotefs"
 	"github.com/outpost-exec/outpost/sandbox"
 )
 
 // Config configures a Server. Start from DefaultConfig.
 type Config struct {
-	Backend Backend
+	// Backend starts the processes (default engine.NewLocalBackend()).
+	Backend engine.Backend
 	Logger  *zap.Logger
 	// MaxSessions bounds live sessions, attached or detached (default 1024).
 	MaxSessions int
@@ -93,11 +108,11 @@ type Config struct {
 	TracerProvider trace.TracerProvider
 }
 
-// DefaultConfig returns the default configuration with a LocalBackend.
+// DefaultConfig returns the default configuration with an engine.LocalBackend.
 func DefaultConfig() Config {
 	cwd, _ := os.Getwd()
 	return Config{
-		Backend:                NewLocalBackend(),
+		Backend:                engine.NewLocalBackend(),
 		Logger:                 zap.NewNop(),
 		MaxSessions:            1024,
 		MaxProcessesPerSession: 1024,
@@ -157,8 +172,8 @@ func (c Config) Validate() error {
 			return fmt.Errorf("executor: SandboxHidden: %q is not absolute", h)
 		}
 	}
-	if lb, ok := c.Backend.(*LocalBackend); ok {
-		if err := lb.Retention.validate(); err != nil {
+	if lb, ok := c.Backend.(*engine.LocalBackend); ok {
+		if err := lb.Retention.Validate(); err != nil {
 			return fmt.Errorf("executor: %w", err)
 		}
 	}
@@ -172,6 +187,7 @@ type Server struct {
 	log *zap.Logger
 
 	mapper *pathmap.Mapper
+	files  remotefs.Config // each session's file system
 
 	mu       sync.Mutex
 	sessions map[string]*Session
@@ -214,7 +230,8 @@ func NewServer(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("executor: path mappings: %w", err)
 	}
-	return &Server{cfg: cfg, log: cfg.Logger, sessions: make(map[string]*Session), mapper: mapper}, nil
+	files := remotefs.Config{Paths: mapper, Hidden: cfg.SandboxHidden, MaxFileBytes: cfg.MaxFileBytes, MaxFileHandles: cfg.MaxFileHandles}
+	return &Server{cfg: cfg, log: cfg.Logger, sessions: make(map[string]*Session), mapper: mapper, files: files}, nil
 }
 
 // Config returns the server's configuration.
@@ -233,10 +250,18 @@ func (s *Server) newSession() (*Session, error) {
 	if len(s.sessions) >= s.cfg.MaxSessions {
 		return nil, protocol.Errorf(protocol.CodeInvalidRequest, "too many sessions on this executor (limit %d)", s.cfg.MaxSessions)
 	}
-	sess := &Session{id: newUUID(), srv: s, procs: make(map[string]*procEntry)}
+	id := newUUID()
+	sess := &Session{id: id, srv: s, files: remotefs.NewSession(s.files, id), procs: make(map[string]*procEntry)}
 	s.sessions[sess.id] = sess
 	return sess, nil
 }
+
+// OpenSession opens a session that no connection is attached to, for a
+// caller that embeds the executor and drives processes through the
+// Session's methods (the benchmarks measure starts so). It never detaches,
+// so it does not expire: it ends with Shutdown. Connections open theirs
+// with initialize.
+func (s *Server) OpenSession() (*Session, error) { return s.newSession() }
 
 func (s *Server) lookup(id string) *Session {
 	s.mu.Lock()
@@ -273,7 +298,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		sessions = append(sessions, sess)
 	}
 	s.mu.Unlock()
-	var procs []Process
+	var procs []engine.Process
 	for _, sess := range sessions {
 		procs = append(procs, sess.end(false)...)
 	}

@@ -5,29 +5,31 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io/fs"
 	"os/exec"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"go.uber.org/zap"
 
+	"github.com/outpost-exec/outpost/engine"
+	"github.com/outpost-exec/outpost/internal/errkind"
 	"github.com/outpost-exec/outpost/pathmap"
 	"github.com/outpost-exec/outpost/protocol"
+	"github.com/outpost-exec/outpost/remotefs"
 	"github.com/outpost-exec/outpost/sandbox"
 )
 
-// Session owns a table of processes keyed by client-chosen ids. It is
-// attached to at most one connection, which receives its notifications.
+// Session owns a table of processes keyed by client-chosen ids, and its
+// file system (the fs/* handles it opened). It is attached to at most one
+// connection, which receives its notifications.
 type Session struct {
-	id  string
-	srv *Server
+	id    string
+	srv   *Server
+	files *remotefs.Session // ended with the session
 
 	mu       sync.Mutex
 	procs    map[string]*procEntry
-	handles  map[string]*fsHandle // open fs/* handles, at most Config.MaxFileHandles
 	attached *attachment
 	expiry   *time.Timer
 	ended    bool
@@ -38,7 +40,7 @@ type Session struct {
 // or cancelled start removes only its own placeholder.
 type procEntry struct {
 	start *struct{ _ byte }
-	proc  Process
+	proc  engine.Process
 	// closedAt is when the process closed (zero while it runs), under
 	// Session.mu: a full table gives up its oldest closed process first.
 	closedAt time.Time
@@ -53,7 +55,7 @@ type attachment struct {
 // eventSink receives the pushed events of a session's processes.
 type eventSink interface {
 	// follow starts pushing proc's events after seq afterSeq.
-	follow(sessionID, id string, proc Process, afterSeq uint64, fromNow bool)
+	follow(sessionID, id string, proc engine.Process, afterSeq uint64, fromNow bool)
 }
 
 // ID returns the session id.
@@ -115,7 +117,7 @@ func (s *Session) detach(a *attachment) {
 
 // end removes the session from the server and returns its processes. With
 // onlyDetached it does nothing if a connection re-attached meanwhile.
-func (s *Session) end(onlyDetached bool) []Process {
+func (s *Session) end(onlyDetached bool) []engine.Process {
 	s.mu.Lock()
 	if s.ended || (onlyDetached && s.attached != nil) {
 		s.mu.Unlock()
@@ -125,15 +127,17 @@ func (s *Session) end(onlyDetached bool) []Process {
 	if s.expiry != nil {
 		s.expiry.Stop()
 	}
-	var procs []Process
+	var procs []engine.Process
 	for _, e := range s.procs {
 		if e.proc != nil {
 			procs = append(procs, e.proc)
 		}
 	}
 	clear(s.procs)
+	// Under s.mu, so no fs/open or fs/create succeeds once the session
+	// has ended.
+	s.files.End()
 	s.mu.Unlock()
-	s.closeFiles()
 	s.srv.remove(s)
 	return procs
 }
@@ -163,19 +167,19 @@ func (s *Session) validateStart(p *protocol.ExecParams) error {
 }
 
 // prepare turns start params into a Spec on this machine.
-func (s *Session) prepare(p *protocol.ExecParams) (Spec, error) {
-	dir, err := NativeDir(p.Cwd, s.srv.cfg.DefaultCwd, s.srv.translate)
+func (s *Session) prepare(p *protocol.ExecParams) (engine.Spec, error) {
+	dir, err := pathmap.NativeDir(p.Cwd, s.srv.cfg.DefaultCwd, s.srv.translate)
 	if err != nil {
-		if errors.Is(err, ErrForeignPath) {
-			return Spec{}, protocol.KindErrorf(protocol.KindInvalid, protocol.CodeInvalidParams, "cwd URI `%s` is not valid on this exec-server host: %v", p.Cwd, err)
+		if errors.Is(err, pathmap.ErrForeignPath) {
+			return engine.Spec{}, protocol.KindErrorf(protocol.KindInvalid, protocol.CodeInvalidParams, "cwd URI `%s` is not valid on this exec-server host: %v", p.Cwd, err)
 		}
-		return Spec{}, protocol.KindErrorf(errKind(err, protocol.KindInvalid), protocol.CodeInvalidParams, "%v", err)
+		return engine.Spec{}, protocol.KindErrorf(errKind(err, protocol.KindInvalid), protocol.CodeInvalidParams, "%v", err)
 	}
-	env, err := ChildEnv(p.EnvPolicy, p.Env, s.srv.cfg.BaseEnv)
+	env, err := engine.ChildEnv(p.EnvPolicy, p.Env, s.srv.cfg.BaseEnv)
 	if err != nil {
-		return Spec{}, protocol.KindErrorf(protocol.KindInvalid, protocol.CodeInvalidParams, "%v", err)
+		return engine.Spec{}, protocol.KindErrorf(protocol.KindInvalid, protocol.CodeInvalidParams, "%v", err)
 	}
-	spec := Spec{Argv: p.Argv, Dir: dir, Env: env, Tty: p.Tty, PipeStdin: p.PipeStdin, Rows: p.Rows, Cols: p.Cols}
+	spec := engine.Spec{Argv: p.Argv, Dir: dir, Env: env, Tty: p.Tty, PipeStdin: p.PipeStdin, Rows: p.Rows, Cols: p.Cols}
 	if p.Arg0 != nil {
 		spec.Arg0 = *p.Arg0
 	}
@@ -187,14 +191,14 @@ func (s *Session) prepare(p *protocol.ExecParams) (Spec, error) {
 
 // sandboxed rewrites spec to run under the sandbox helper. A policy this
 // executor cannot enforce is refused; it never runs unsandboxed.
-func (s *Session) sandboxed(p *protocol.ExecParams, spec Spec) (Spec, error) {
+func (s *Session) sandboxed(p *protocol.ExecParams, spec engine.Spec) (engine.Spec, error) {
 	raw, err := json.Marshal(p.Sandbox)
 	if err != nil {
-		return Spec{}, protocol.KindErrorf(protocol.KindInvalid, protocol.CodeInvalidParams, "invalid params for process/start: sandbox: %v", err)
+		return engine.Spec{}, protocol.KindErrorf(protocol.KindInvalid, protocol.CodeInvalidParams, "invalid params for process/start: sandbox: %v", err)
 	}
 	sctx, err := sandbox.ParseContext(raw)
 	if err != nil {
-		return Spec{}, protocol.KindErrorf(protocol.KindInvalid, protocol.CodeInvalidParams, "invalid params for process/start: %v", err)
+		return engine.Spec{}, protocol.KindErrorf(protocol.KindInvalid, protocol.CodeInvalidParams, "invalid params for process/start: %v", err)
 	}
 	req := sandbox.Request{Argv: spec.Argv, Arg0: spec.Arg0, Dir: spec.Dir, Env: spec.Env, Policy: sctx.Policy,
 		Limits: s.srv.cfg.SandboxLimits, Translate: s.srv.translate, User: s.srv.cfg.SandboxUser, Hidden: s.srv.cfg.SandboxHidden,
@@ -205,7 +209,7 @@ func (s *Session) sandboxed(p *protocol.ExecParams, spec Spec) (Spec, error) {
 		for _, r := range sctx.WorkspaceRoots {
 			n, err := s.srv.translate(r)
 			if err != nil {
-				return Spec{}, protocol.KindErrorf(protocol.KindInvalid, protocol.CodeInvalidParams, "invalid params for process/start: sandbox workspaceRoots: %v", err)
+				return engine.Spec{}, protocol.KindErrorf(protocol.KindInvalid, protocol.CodeInvalidParams, "invalid params for process/start: sandbox workspaceRoots: %v", err)
 			}
 			req.ProjectRoots = append(req.ProjectRoots, n)
 		}
@@ -214,9 +218,9 @@ func (s *Session) sandboxed(p *protocol.ExecParams, spec Spec) (Spec, error) {
 	prep, err := sandbox.Prepare(req, caps)
 	if err != nil {
 		if errors.Is(err, sandbox.ErrCannotEnforce) {
-			return Spec{}, protocol.KindErrorf(protocol.KindUnsupported, protocol.CodeInvalidRequest, "%v", err)
+			return engine.Spec{}, protocol.KindErrorf(protocol.KindUnsupported, protocol.CodeInvalidRequest, "%v", err)
 		}
-		return Spec{}, protocol.KindErrorf(errKind(err, protocol.KindInvalid), protocol.CodeInvalidParams, "invalid params for process/start: %v", err)
+		return engine.Spec{}, protocol.KindErrorf(errKind(err, protocol.KindInvalid), protocol.CodeInvalidParams, "invalid params for process/start: %v", err)
 	}
 	spec.Argv, spec.Arg0, spec.Env, spec.Path, spec.Dir = prep.Argv, prep.Arg0, prep.Env, prep.Path, prep.Dir
 	spec.Sandboxed, spec.SandboxType = prep.SandboxType == sandbox.TypeLinux, prep.SandboxType
@@ -316,6 +320,22 @@ func (s *Session) Start(ctx context.Context, p protocol.ExecParams) (res protoco
 	return protocol.StartResult{ProcessID: id, SandboxType: spec.SandboxType, Pid: pid}, nil
 }
 
+// StartProcess is Start for a caller in this process (one that embeds the
+// executor, as the benchmarks do): it returns the started process itself,
+// not only its start result.
+func (s *Session) StartProcess(ctx context.Context, p protocol.ExecParams) (engine.Process, error) {
+	if _, err := s.Start(ctx, p); err != nil {
+		return nil, err
+	}
+	e := s.lookup(p.ProcessID)
+	if e == nil {
+		// Closed and evicted already (a full table gives up closed
+		// processes first).
+		return nil, protocol.KindErrorf(protocol.KindNotFound, protocol.CodeInvalidRequest, "process %s was evicted", p.ProcessID)
+	}
+	return e.proc, nil
+}
+
 func (s *Session) evictAfterClose(id string, e *procEntry) {
 	<-e.proc.Log().Closed()
 	s.mu.Lock()
@@ -369,7 +389,7 @@ func (s *Session) Read(ctx context.Context, p protocol.ReadParams, cancel <-chan
 	if e.proc == nil {
 		return protocol.ReadResult{}, protocol.KindErrorf(protocol.KindUnavailable, protocol.CodeInvalidRequest, "process id %s is starting", p.ProcessID)
 	}
-	req := ReadRequest{MaxBytes: -1, Cancel: cancel}
+	req := engine.ReadRequest{MaxBytes: -1, Cancel: cancel}
 	if p.AfterSeq != nil {
 		req.AfterSeq = *p.AfterSeq
 	}
@@ -380,7 +400,7 @@ func (s *Session) Read(ctx context.Context, p protocol.ReadParams, cancel <-chan
 		req.Wait = time.Duration(min(*p.WaitMs, uint64(24*time.Hour/time.Millisecond))) * time.Millisecond
 	}
 	res, err := e.proc.Log().Read(ctx, req)
-	if errors.Is(err, ErrReadCancelled) {
+	if errors.Is(err, engine.ErrReadCancelled) {
 		return res, protocol.KindErrorf(protocol.KindUnavailable, protocol.CodeInvalidRequest, "%v", err)
 	}
 	return res, err
@@ -455,7 +475,7 @@ func (s *Session) Resize(p protocol.ResizeParams) error {
 		return protocol.KindErrorf(protocol.KindUnavailable, protocol.CodeInvalidRequest, "process id %s is starting", p.ProcessID)
 	}
 	if err := e.proc.Resize(p.Rows, p.Cols); err != nil {
-		if errors.Is(err, ErrNotTTY) {
+		if errors.Is(err, engine.ErrNotTTY) {
 			return protocol.KindErrorf(protocol.KindInvalid, protocol.CodeInvalidRequest, "process %s is not a tty", p.ProcessID)
 		}
 		return protocol.KindErrorf(errKind(err, protocol.KindInternal), protocol.CodeInternal, "%v", fmt.Errorf("resize: %w", err))
@@ -465,45 +485,35 @@ func (s *Session) Resize(p protocol.ResizeParams) error {
 
 // errKind is the kind of an error from the system, the backend or the
 // sandbox package, decided by what it wraps (errors.Is), never by its text;
-// fallback when nothing says more.
+// fallback when nothing says more. The engine's own errors are told here,
+// the rest by errkind.Of.
 func errKind(err error, fallback protocol.Kind) protocol.Kind {
 	switch {
-	case errors.Is(err, sandbox.ErrCannotEnforce):
-		return protocol.KindUnsupported
-	case errors.Is(err, sandbox.ErrTooManyToProtect), errors.Is(err, sandbox.ErrGlobTooBroad), errors.Is(err, syscall.EFBIG):
-		return protocol.KindTooLarge
-	case errors.Is(err, sandbox.ErrSymlinkedWorkspace), errors.Is(err, sandbox.ErrNotAbsolute), errors.Is(err, sandbox.ErrRootSandboxUser),
-		errors.Is(err, ErrForeignPath), errors.Is(err, pathmap.ErrEscape), errors.Is(err, ErrNotTTY):
+	case errors.Is(err, engine.ErrNotTTY):
 		return protocol.KindInvalid
-	case errors.Is(err, ErrStdinQueueFull), errors.Is(err, syscall.EAGAIN), errors.Is(err, syscall.ENOSPC), errors.Is(err, syscall.EDQUOT),
-		errors.Is(err, syscall.EMFILE), errors.Is(err, syscall.ENFILE), errors.Is(err, syscall.ENOMEM):
+	case errors.Is(err, engine.ErrStdinQueueFull):
 		return protocol.KindExhausted
-	case errors.Is(err, fs.ErrNotExist), errors.Is(err, exec.ErrNotFound):
+	case errors.Is(err, exec.ErrNotFound):
 		return protocol.KindNotFound
-	case errors.Is(err, fs.ErrPermission), errors.Is(err, syscall.EROFS):
-		return protocol.KindPermission
-	case errors.Is(err, fs.ErrExist), errors.Is(err, syscall.EINVAL), errors.Is(err, syscall.EISDIR), errors.Is(err, syscall.ENOTDIR),
-		errors.Is(err, syscall.ENOTEMPTY), errors.Is(err, syscall.ELOOP), errors.Is(err, syscall.ENAMETOOLONG):
-		return protocol.KindInvalid
 	}
-	return fallback
+	return errkind.Of(err, fallback)
 }
 
 // startErrKind is the kind of the backend's refusal to start spec: by what
 // the error wraps (a missing program or cwd is not_found, a sandbox this
 // machine cannot enforce unsupported), else internal.
 //
-// LocalBackend's PATH lookup reports a program found in no directory of
+// engine.LocalBackend's PATH lookup reports a program found in no directory of
 // the child's PATH with an error that wraps nothing; for a bare name (no
-// '/') the lookup is asked again, and a second miss is not_found — decided
+// '/') engine.LookPath is asked again, and a second miss is not_found — decided
 // by the file system, not by the message. (Once that error wraps
 // exec.ErrNotFound, this fallback can go.)
-func startErrKind(spec Spec, err error) protocol.Kind {
+func startErrKind(spec engine.Spec, err error) protocol.Kind {
 	if k := errKind(err, ""); k != "" {
 		return k
 	}
 	if spec.Path == "" && len(spec.Argv) > 0 && spec.Argv[0] != "" && !strings.ContainsRune(spec.Argv[0], '/') {
-		if _, lerr := lookPath(spec.Argv[0], spec.Env, spec.Dir); lerr != nil {
+		if _, lerr := engine.LookPath(spec.Argv[0], spec.Env, spec.Dir); lerr != nil {
 			return protocol.KindNotFound
 		}
 	}

@@ -11,10 +11,11 @@ import (
 
 	"go.uber.org/zap/zaptest"
 
+	"github.com/outpost-exec/outpost/engine"
 	"github.com/outpost-exec/outpost/protocol"
 )
 
-func newTestSession(t *testing.T, b Backend) (*Server, *Session) {
+func newTestSession(t *testing.T, b engine.Backend) (*Server, *Session) {
 	t.Helper()
 	cfg := DefaultConfig()
 	cfg.Logger = zaptest.NewLogger(t)
@@ -39,8 +40,8 @@ func newTestSession(t *testing.T, b Backend) (*Server, *Session) {
 func TestDuplicateProcessIDsAllowOnlyOneSuccessfulStart(t *testing.T) {
 	release := make(chan struct{})
 	mb := &MockBackend{
-		BeforeStart: func(ctx context.Context, spec Spec) error { <-release; return nil },
-		Script:      func(Spec) []MockStep { return []MockStep{{AwaitSignal: true}} },
+		BeforeStart: func(ctx context.Context, spec engine.Spec) error { <-release; return nil },
+		Script:      func(engine.Spec) []MockStep { return []MockStep{{AwaitSignal: true}} },
 	}
 	_, sess := newTestSession(t, mb)
 	const n = 16
@@ -81,11 +82,11 @@ func TestTerminateDuringStartCancelsTheStart(t *testing.T) {
 	release := make(chan struct{})
 	var first sync.Once
 	mb := &MockBackend{
-		BeforeStart: func(ctx context.Context, spec Spec) error {
+		BeforeStart: func(ctx context.Context, spec engine.Spec) error {
 			first.Do(func() { close(entered); <-release })
 			return nil
 		},
-		Script: func(Spec) []MockStep { return []MockStep{{AwaitSignal: true}} },
+		Script: func(engine.Spec) []MockStep { return []MockStep{{AwaitSignal: true}} },
 	}
 	_, sess := newTestSession(t, mb)
 	errc := make(chan error, 1)
@@ -130,7 +131,7 @@ func TestFailedStartRemovesOnlyItsOwnPlaceholder(t *testing.T) {
 	releaseA := make(chan struct{})
 	var calls atomic.Int32
 	mb := &MockBackend{
-		BeforeStart: func(ctx context.Context, spec Spec) error {
+		BeforeStart: func(ctx context.Context, spec engine.Spec) error {
 			if calls.Add(1) == 1 {
 				close(enteredA)
 				<-releaseA
@@ -138,7 +139,7 @@ func TestFailedStartRemovesOnlyItsOwnPlaceholder(t *testing.T) {
 			}
 			return nil
 		},
-		Script: func(Spec) []MockStep { return []MockStep{{AwaitSignal: true}} },
+		Script: func(engine.Spec) []MockStep { return []MockStep{{AwaitSignal: true}} },
 	}
 	_, sess := newTestSession(t, mb)
 	errc := make(chan error, 1)
@@ -161,7 +162,7 @@ func TestFailedStartRemovesOnlyItsOwnPlaceholder(t *testing.T) {
 }
 
 func TestMockBackendScriptsOutputStdinAndSignals(t *testing.T) {
-	mb := &MockBackend{Script: func(spec Spec) []MockStep {
+	mb := &MockBackend{Script: func(spec engine.Spec) []MockStep {
 		return []MockStep{
 			{Output: []byte("hello\n")},
 			{Output: []byte("oops\n"), Stream: protocol.StreamStderr},
@@ -211,11 +212,13 @@ func TestSessionCapBoundsSessions(t *testing.T) {
 
 func TestConfigValidationRejectsNonsense(t *testing.T) {
 	for name, tweak := range map[string]func(*Config){
-		"no backend":   func(c *Config) { c.Backend = nil },
-		"zero ttl":     func(c *Config) { c.DetachedTTL = 0 },
-		"zero procs":   func(c *Config) { c.MaxProcessesPerSession = 0 },
-		"zero reads":   func(c *Config) { c.MaxConcurrentReads = 0 },
-		"tiny retain":  func(c *Config) { c.Backend = &LocalBackend{Retention: Retention{MaxBytes: 1, MaxChunks: 1}} },
+		"no backend": func(c *Config) { c.Backend = nil },
+		"zero ttl":   func(c *Config) { c.DetachedTTL = 0 },
+		"zero procs": func(c *Config) { c.MaxProcessesPerSession = 0 },
+		"zero reads": func(c *Config) { c.MaxConcurrentReads = 0 },
+		"tiny retain": func(c *Config) {
+			c.Backend = &engine.LocalBackend{Retention: engine.Retention{MaxBytes: 1, MaxChunks: 1}}
+		},
 		"no sessions":  func(c *Config) { c.MaxSessions = 0 },
 		"zero closing": func(c *Config) { c.ClosedRetention = 0 },
 	} {
@@ -258,10 +261,10 @@ func TestConnectionCloseLeaksNoGoroutines(t *testing.T) {
 
 type nopSink struct{}
 
-func (nopSink) follow(string, string, Process, uint64, bool) {}
+func (nopSink) follow(string, string, engine.Process, uint64, bool) {}
 
 func TestLongPollReadFailsAfterSessionResume(t *testing.T) {
-	mb := &MockBackend{Script: func(Spec) []MockStep { return []MockStep{{AwaitSignal: true}} }}
+	mb := &MockBackend{Script: func(engine.Spec) []MockStep { return []MockStep{{AwaitSignal: true}} }}
 	_, sess := newTestSession(t, mb)
 	old, err := sess.attach(nopSink{})
 	if err != nil {

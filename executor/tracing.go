@@ -9,6 +9,7 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/outpost-exec/outpost/engine"
 	"github.com/outpost-exec/outpost/internal/tracing"
 	"github.com/outpost-exec/outpost/protocol"
 )
@@ -83,7 +84,7 @@ func (s *Session) processSpan(ctx context.Context, pid int, sandboxType string) 
 	return span
 }
 
-func finishProcessSpan(span trace.Span, snap Snapshot) {
+func finishProcessSpan(span trace.Span, snap engine.Snapshot) {
 	span.SetAttributes(
 		attribute.Int("process.exit.code", int(snap.ExitCode)),
 		attribute.Int("outpost.signal", int(snap.Signal)),

@@ -18,18 +18,19 @@ import (
 	"github.com/coder/websocket"
 	"go.uber.org/zap/zaptest"
 
+	"github.com/outpost-exec/outpost/engine"
 	"github.com/outpost-exec/outpost/protocol"
 )
 
 // recordingBackend remembers the processes it started, so tests can
 // watch them directly.
 type recordingBackend struct {
-	Backend
+	engine.Backend
 	mu      sync.Mutex
-	started []Process
+	started []engine.Process
 }
 
-func (b *recordingBackend) Start(ctx context.Context, spec Spec) (Process, error) {
+func (b *recordingBackend) Start(ctx context.Context, spec engine.Spec) (engine.Process, error) {
 	p, err := b.Backend.Start(ctx, spec)
 	if err == nil {
 		b.mu.Lock()
@@ -39,7 +40,7 @@ func (b *recordingBackend) Start(ctx context.Context, spec Spec) (Process, error
 	return p, err
 }
 
-func (b *recordingBackend) last(t *testing.T) Process {
+func (b *recordingBackend) last(t *testing.T) engine.Process {
 	t.Helper()
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -60,7 +61,7 @@ func newTestServer(t *testing.T, tweak func(*Config), opts WSOptions) *testServe
 	cfg := DefaultConfig()
 	cfg.Logger = zaptest.NewLogger(t)
 	cfg.DefaultCwd = t.TempDir()
-	rb := &recordingBackend{Backend: NewLocalBackend()}
+	rb := &recordingBackend{Backend: engine.NewLocalBackend()}
 	cfg.Backend = rb
 	if tweak != nil {
 		tweak(&cfg)
@@ -697,8 +698,8 @@ func TestWSSlowReaderLosesNothing(t *testing.T) {
 	// Retention far below the output: only backpressure (not eviction)
 	// can deliver every byte to a client that reads slowly.
 	ts := newTestServer(t, func(c *Config) {
-		lb := NewLocalBackend()
-		lb.Retention = Retention{MaxBytes: 256 << 10, MaxChunks: 64}
+		lb := engine.NewLocalBackend()
+		lb.Retention = engine.Retention{MaxBytes: 256 << 10, MaxChunks: 64}
 		c.Backend = lb
 	}, WSOptions{})
 	r := dialRaw(t, ts.url, nil)

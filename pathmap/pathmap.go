@@ -1,5 +1,6 @@
 // Package pathmap translates paths sent by a client into paths native to
-// the executor, and checks that a path stays inside a root.
+// the executor, resolves a client's directory to an existing native one
+// (NativeDir), and checks that a path stays inside a root.
 //
 // # Model
 //

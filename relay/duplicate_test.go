@@ -20,7 +20,7 @@ import (
 	"github.com/outpost-exec/outpost/executor"
 	"github.com/outpost-exec/outpost/identity"
 	"github.com/outpost-exec/outpost/protocol"
-	"github.com/outpost-exec/outpost/transport"
+	"github.com/outpost-exec/outpost/relay/relayclient"
 )
 
 // observedLogger logs to the test and records every entry at info or above.
@@ -85,35 +85,20 @@ func joinLogged(t *testing.T, r *testRelay, id, token string, k identity.Key, lo
 func rawJoin(t *testing.T, r *testRelay, k identity.Key, id, token string) *protocol.Error {
 	t.Helper()
 	ctx := ctxT(t)
-	raw, err := transport.DialRelay(ctx, r.url())
+	rc, err := relayclient.Dial(ctx, r.url(), k.Keypair(), relayclient.Options{})
 	if err != nil {
 		t.Error(err)
 		return nil
 	}
-	defer raw.Close()
-	pub := r.key.PublicKey()
-	nc, err := transport.NoiseInitiator(ctx, raw, transport.NoiseConfig{Static: k.Keypair(), Purpose: Purpose, PeerStatic: pub[:]})
+	defer rc.Close()
+	err = rc.Join(ctx, protocol.RelayJoinParams{ExecutorID: id, Token: token})
+	if refusal := (*protocol.Error)(nil); errors.As(err, &refusal) {
+		return refusal
+	}
 	if err != nil {
 		t.Error(err)
-		return nil
 	}
-	sess, err := transport.MuxClient(nc, transport.DefaultMuxConfig())
-	if err != nil {
-		t.Error(err)
-		return nil
-	}
-	defer sess.Close()
-	st, err := sess.OpenStream()
-	if err != nil {
-		t.Error(err)
-		return nil
-	}
-	m, err := transport.NewMsgpackConn(st, 64<<10).Call(ctx, transport.IntID(1), protocol.MethodRelayJoin, protocol.RelayJoinParams{ExecutorID: id, Token: token})
-	if err != nil {
-		t.Errorf("relay/join: %v", err)
-		return nil
-	}
-	return m.Error
+	return nil
 }
 
 // waitFor polls cond until it holds or the deadline passes.

@@ -12,7 +12,7 @@ import (
 	"github.com/outpost-exec/outpost/client"
 	"github.com/outpost-exec/outpost/executor"
 	"github.com/outpost-exec/outpost/protocol"
-	"github.com/outpost-exec/outpost/transport"
+	"github.com/outpost-exec/outpost/relay/relayclient"
 )
 
 // startRelayWith starts a relay with cfg's limits.
@@ -41,30 +41,19 @@ func startRelayWith(t *testing.T, cfg Config) *testRelay {
 func rawCall(t *testing.T, r *testRelay, method string, params any) *protocol.Error {
 	t.Helper()
 	ctx := ctxT(t)
-	raw, err := transport.DialRelay(ctx, r.url())
+	rc, err := relayclient.Dial(ctx, r.url(), key(t).Keypair(), relayclient.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer raw.Close()
-	relayKey := r.key.PublicKey()
-	nc, err := transport.NoiseInitiator(ctx, raw, transport.NoiseConfig{Static: key(t).Keypair(), Purpose: Purpose, PeerStatic: relayKey[:]})
+	defer rc.Close()
+	err = rc.Call(ctx, method, params, nil)
+	if refusal := (*protocol.Error)(nil); errors.As(err, &refusal) {
+		return refusal
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
-	sess, err := transport.MuxClient(nc, transport.DefaultMuxConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sess.Close()
-	st, err := sess.OpenStream()
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := transport.NewMsgpackConn(st, 64<<10).Call(ctx, transport.IntID(1), method, params)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return m.Error
+	return nil
 }
 
 func wantKind(t *testing.T, what string, err error, code int, kind protocol.Kind) {

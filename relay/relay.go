@@ -73,8 +73,9 @@ import (
 	"github.com/outpost-exec/outpost/transport"
 )
 
-// Purpose is the Noise purpose of links to the relay.
-const Purpose = "relay"
+// Purpose is the Noise purpose of links to the relay (relay/relayclient
+// is the other end).
+const Purpose = transport.PurposeRelay
 
 // Config configures a relay.
 type Config struct {
@@ -844,8 +845,15 @@ func splice(a, b net.Conn) uint64 {
 	done := make(chan uint64, 2)
 	cp := func(dst, src net.Conn) {
 		n := copyAdaptive(dst, src)
-		dst.Close()
-		src.Close()
+		// A yamux stream's Close only half-closes it: the other
+		// direction's Read would wait for a peer that may never close
+		// (an executor evicting an idle client's stream; the client
+		// then holding the slot). Its deadline ends it once it has
+		// drained what is buffered.
+		for _, c := range []net.Conn{dst, src} {
+			c.SetReadDeadline(time.Unix(1, 0))
+			c.Close()
+		}
 		done <- n
 	}
 	go cp(a, b)

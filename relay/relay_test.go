@@ -23,7 +23,7 @@ import (
 	"github.com/outpost-exec/outpost/executor"
 	"github.com/outpost-exec/outpost/identity"
 	"github.com/outpost-exec/outpost/protocol"
-	"github.com/outpost-exec/outpost/transport"
+	"github.com/outpost-exec/outpost/relay/relayclient"
 )
 
 const testTimeout = 30 * time.Second
@@ -461,30 +461,15 @@ func TestExecutorGoingAwayFailsClientsPromptlyAsOffline(t *testing.T) {
 	}
 }
 
-// rawControl opens a relay session by hand and returns its control stream,
-// for requests the client package would never send.
-func rawControl(t *testing.T, r *testRelay) *transport.MsgpackConn {
+// rawControl opens a relay connection whose request is yet to be sent.
+func rawControl(t *testing.T, r *testRelay) *relayclient.Conn {
 	t.Helper()
-	raw, err := transport.DialRelay(ctxT(t), r.url())
+	rc, err := relayclient.Dial(ctxT(t), r.url(), key(t).Keypair(), relayclient.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { raw.Close() })
-	pub := r.key.PublicKey()
-	nc, err := transport.NoiseInitiator(ctxT(t), raw, transport.NoiseConfig{Static: key(t).Keypair(), Purpose: Purpose, PeerStatic: pub[:]})
-	if err != nil {
-		t.Fatal(err)
-	}
-	sess, err := transport.MuxClient(nc, transport.DefaultMuxConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { sess.Close() })
-	st, err := sess.OpenStream()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return transport.NewMsgpackConn(st, 64<<10)
+	t.Cleanup(func() { rc.Close() })
+	return rc
 }
 
 func TestDrainHandsExecutorsToTheSuccessorWithoutCuttingOpenStreams(t *testing.T) {
@@ -519,12 +504,9 @@ func TestDrainHandsExecutorsToTheSuccessorWithoutCuttingOpenStreams(t *testing.T
 	if got := b.srv.Executors(); len(got) != 1 {
 		t.Fatalf("successor executors %v", got)
 	}
-	if err := late.WriteRequest(ctxT(t), transport.IntID(1), protocol.MethodRelayConnect, protocol.RelayConnectParams{ExecutorID: "w", Token: clientToken}); err != nil {
-		t.Fatal(err)
-	}
-	m, err := late.ReadMessage(ctxT(t))
-	if err != nil || m.Error == nil || !strings.Contains(m.Error.Message, ErrShuttingDown.Error()) {
-		t.Fatalf("connect while draining: %+v %v", m, err)
+	_, _, err = late.Connect(ctxT(t), "w", clientToken)
+	if refusal := (*protocol.Error)(nil); !errors.As(err, &refusal) || !strings.Contains(refusal.Message, ErrShuttingDown.Error()) || protocol.KindOf(err) != protocol.KindUnavailable {
+		t.Fatalf("connect while draining: %v", err)
 	}
 	select {
 	case err := <-drained:

@@ -73,6 +73,16 @@ const (
 	patternXX byte = 2
 )
 
+// Purposes of outpost's links, bound into the Noise prologue
+// (PROTOCOL.md section 2.1).
+const (
+	// PurposeExec: client ↔ executor, direct (tcp://, unix://) or inside
+	// a stream a relay splices.
+	PurposeExec = "exec"
+	// PurposeRelay: client or executor ↔ relay.
+	PurposeRelay = "relay"
+)
+
 // NoiseSuite is the one cipher suite outpost uses.
 var NoiseSuite = noise.NewCipherSuite(noise.DH25519, noise.CipherAESGCM, noise.HashSHA256)
 
@@ -88,7 +98,7 @@ var (
 type NoiseConfig struct {
 	// Static is this party's long-term key pair.
 	Static noise.DHKey
-	// Purpose names the kind of link ("exec", "relay-join", ...); both
+	// Purpose names the kind of link (PurposeExec, PurposeRelay); both
 	// sides must agree. It is bound into the prologue.
 	Purpose string
 

@@ -8,6 +8,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/outpost-exec/outpost/engine"
 	"github.com/outpost-exec/outpost/executor"
 	"github.com/outpost-exec/outpost/internal/admin"
 	"github.com/outpost-exec/outpost/internal/tracing"
@@ -23,7 +24,7 @@ func startExecutorAdmin(addr string, cfg *executor.Config, stderr io.Writer) (st
 	}
 	reg := prometheus.NewRegistry()
 	cfg.Metrics = executor.NewMetrics(reg)
-	if lb, ok := cfg.Backend.(*executor.LocalBackend); ok && lb.Cgroups != nil {
+	if lb, ok := cfg.Backend.(*engine.LocalBackend); ok && lb.Cgroups != nil {
 		m := lb.Cgroups
 		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "outpost_executor_cgroups_lingering",
 			Help: "Cgroups of finished commands whose background processes still run (bounded; the oldest is killed past it)."},

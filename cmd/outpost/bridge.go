@@ -8,7 +8,6 @@ import (
 	"net/netip"
 	"os"
 	"os/signal"
-	"strings"
 	"syscall"
 	"time"
 
@@ -16,6 +15,7 @@ import (
 
 	"github.com/outpost-exec/outpost/bridge"
 	"github.com/outpost-exec/outpost/client"
+	"github.com/outpost-exec/outpost/executor"
 	"github.com/outpost-exec/outpost/transport"
 )
 
@@ -65,6 +65,7 @@ func cmdBridge(args []string, stdout, stderr io.Writer) int {
 	// The executor, as outpost exec finds it: --relay with --executor, or
 	// --target, $OUTPOST_TARGET, the config file.
 	url := *target
+	var executorURL transport.URL
 	opts := client.Options{ClientName: "outpost-bridge", OfflineGrace: *offlineGrace, RecoveryTimeout: *recovery}
 	switch {
 	case relaySet && *executorID == "":
@@ -74,9 +75,11 @@ func cmdBridge(args []string, stdout, stderr io.Writer) int {
 	case *executorID != "" && *target != "":
 		return usageErr("give --target, or --relay with --executor, not both")
 	case *executorID != "":
-		if !transport.IsRelayURL(*relayURL) {
-			return usageErr("--relay %q: want outpost://HOST:PORT#<relay fingerprint>", *relayURL)
+		u, err := transport.ParseURL(*relayURL, transport.SchemeRelay, transport.SchemeRelayWS)
+		if err != nil {
+			return usageErr("--relay: %v", err)
 		}
+		executorURL = u
 		url = *relayURL
 		opts.Executor, opts.Token = *executorID, *token
 	default:
@@ -89,16 +92,18 @@ func cmdBridge(args []string, stdout, stderr io.Writer) int {
 		if url == "" {
 			return usageErr("no executor: give --target tcp://HOST:PORT#<fingerprint> (or $OUTPOST_TARGET), or --relay URL --executor ID")
 		}
-		if !strings.HasPrefix(url, "tcp://") && !strings.HasPrefix(url, "unix://") {
-			return usageErr("target %q: want tcp://HOST:PORT#<fingerprint> or unix:///path (the native transport); a relay is --relay with --executor", url)
+		u, err := transport.ParseURL(url, transport.SchemeTCP, transport.SchemeUnix)
+		if err != nil {
+			return usageErr("target: %v (want tcp://HOST:PORT#<fingerprint> or unix:///path#<fingerprint>, the native transport; a relay is --relay with --executor)", err)
 		}
+		executorURL = u
 	}
 
-	rest, ok := strings.CutPrefix(*listen, "ws://")
-	ap, err := netip.ParseAddrPort(rest)
-	if !ok || err != nil {
+	lu, err := executor.ParseListenURL(*listen)
+	if err != nil || lu.Scheme != transport.SchemeWS {
 		return usageErr("invalid --listen URL `%s`; expected `ws://IP:PORT`", *listen)
 	}
+	ap := netip.MustParseAddrPort(lu.Addr)
 	connToken, err := connectionToken()
 	if err != nil {
 		return usageErr("%v", err)
@@ -147,7 +152,7 @@ func cmdBridge(args []string, stdout, stderr io.Writer) int {
 	if f, ok := stdout.(*os.File); ok {
 		f.Sync()
 	}
-	log.Info("bridge listening", zap.String("url", l.URL()), zap.String("executor", strings.SplitN(url, "#", 2)[0]),
+	log.Info("bridge listening", zap.String("url", l.URL()), zap.String("executor", executorURL.Base()),
 		zap.String("executor_id", opts.Executor), zap.Bool("token", connToken != ""))
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()

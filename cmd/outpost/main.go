@@ -24,6 +24,7 @@ import (
 	"go.uber.org/zap/zapcore"
 
 	"github.com/outpost-exec/outpost/cgroup"
+	"github.com/outpost-exec/outpost/engine"
 	"github.com/outpost-exec/outpost/executor"
 	"github.com/outpost-exec/outpost/identity"
 	"github.com/outpost-exec/outpost/sandbox"
@@ -160,10 +161,10 @@ func (l *logFlags) build(stderr io.Writer) (*zap.Logger, error) {
 
 // executorLimitFlags registers the limits shared by executor serve and
 // executor join.
-func executorLimitFlags(fs *flag.FlagSet) (*executor.Config, *executor.LocalBackend) {
+func executorLimitFlags(fs *flag.FlagSet) (*executor.Config, *engine.LocalBackend) {
 	cfg := new(executor.Config)
 	*cfg = executor.DefaultConfig()
-	backend := executor.NewLocalBackend()
+	backend := engine.NewLocalBackend()
 	fs.DurationVar(&cfg.DetachedTTL, "detached-ttl", cfg.DetachedTTL, "how long a disconnected session's processes keep running")
 	fs.DurationVar(&cfg.ClosedRetention, "closed-retention", cfg.ClosedRetention, "how long a finished process stays readable")
 	fs.IntVar(&cfg.MaxProcessesPerSession, "max-processes", cfg.MaxProcessesPerSession, "processes per session")
@@ -237,7 +238,7 @@ var cgroupFlags = struct {
 // when a limit given explicitly cannot be enforced; otherwise commands
 // run in process groups alone and the log says why. The returned func
 // kills what commands left behind and removes their cgroups.
-func useCgroups(log *zap.Logger, backend *executor.LocalBackend) (func(), error) {
+func useCgroups(log *zap.Logger, backend *engine.LocalBackend) (func(), error) {
 	f := cgroupFlags
 	switch f.mode {
 	case "off":
@@ -394,8 +395,12 @@ func cmdExecutorServe(args []string, stdout, stderr io.Writer) int {
 	// Its own key, and the socket clients reach it by, are hidden from
 	// every sandbox.
 	cfg.SandboxHidden = append(cfg.SandboxHidden, *stateDir)
-	if p, ok := strings.CutPrefix(*listen, "unix://"); ok {
-		cfg.SandboxHidden = append(cfg.SandboxHidden, filepath.Clean(p))
+	// tcp:// and unix:// (even malformed: ListenNative says what is wrong)
+	// are the native transport; ws:// and stdio codex's.
+	nativeURL, err := transport.ParseURL(*listen, transport.SchemeTCP, transport.SchemeUnix)
+	native := err == nil || transport.URLErrorScheme(err) != ""
+	if err == nil && nativeURL.Scheme == transport.SchemeUnix {
+		cfg.SandboxHidden = append(cfg.SandboxHidden, filepath.Clean(nativeURL.Addr))
 	}
 	useSandboxHelper(log)
 	closeCgroups, err := useCgroups(log, backend)
@@ -432,7 +437,7 @@ func cmdExecutorServe(args []string, stdout, stderr io.Writer) int {
 			f.Sync()
 		}
 	}
-	if strings.HasPrefix(*listen, "tcp://") || strings.HasPrefix(*listen, "unix://") {
+	if native {
 		key, created, err := identity.LoadOrCreate(filepath.Join(*stateDir, "executor.key"))
 		if err != nil {
 			fmt.Fprintln(stderr, "outpost:", err)
@@ -474,7 +479,11 @@ func cmdExecutorServe(args []string, stdout, stderr io.Writer) int {
 	}
 	lu, err := executor.ParseListenURL(*listen)
 	if err != nil {
-		fmt.Fprintln(stderr, "outpost:", strings.Replace(err.Error(), "` or `stdio`", "`, `stdio`, `tcp://HOST:PORT` or `unix:///path`", 1))
+		var ue *executor.UnsupportedListenError
+		if errors.As(err, &ue) {
+			ue.Expect = "`ws://IP:PORT`, `stdio`, `tcp://HOST:PORT` or `unix:///path`"
+		}
+		fmt.Fprintln(stderr, "outpost:", err)
 		return 2
 	}
 	token, err := connectionToken()

@@ -60,10 +60,22 @@ func cmdRelayServe(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "outpost:", err)
 		return exitUsage
 	}
-	addr, ok := strings.CutPrefix(*listen, "tcp://")
-	if !ok {
-		fmt.Fprintf(stderr, "outpost: --listen %q: expected tcp://HOST:PORT\n", *listen)
+	lu, err := transport.ParseURL(*listen, transport.SchemeTCP)
+	if err != nil {
+		fmt.Fprintln(stderr, "outpost: --listen:", err)
 		return exitUsage
+	}
+	var wsAddr string
+	if *wsListen != "" {
+		wu, err := transport.ParseURL(*wsListen, transport.SchemeWS)
+		if err == nil && wu.Path != "" {
+			err = fmt.Errorf("%s: expected ws://HOST:PORT, without a path", *wsListen)
+		}
+		if err != nil {
+			fmt.Fprintln(stderr, "outpost: --ws-listen:", err)
+			return exitUsage
+		}
+		wsAddr = wu.Addr
 	}
 	key, _, err := identity.LoadOrCreate(filepath.Join(*stateDir, "relay.key"))
 	if err != nil {
@@ -86,20 +98,15 @@ func cmdRelayServe(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	defer stopAdmin()
-	ln, err := srv.Listen(addr)
+	ln, err := srv.Listen(lu.Addr)
 	if err != nil {
 		fmt.Fprintln(stderr, "outpost: listen:", err)
 		return 1
 	}
-	url := "outpost://" + ln.Addr().String() + "#" + key.PublicKey().Fingerprint()
+	url := transport.RelayScheme + ln.Addr().String() + "#" + key.PublicKey().Fingerprint()
 	fmt.Fprintln(stdout, url)
 	var wsl *relay.WSListener
-	if *wsListen != "" {
-		wsAddr, ok := strings.CutPrefix(*wsListen, "ws://")
-		if !ok {
-			fmt.Fprintf(stderr, "outpost: --ws-listen %q: expected ws://HOST:PORT\n", *wsListen)
-			return exitUsage
-		}
+	if wsAddr != "" {
 		wl, err := srv.ListenWS(wsAddr)
 		if err != nil {
 			fmt.Fprintln(stderr, "outpost: listen:", err)
@@ -107,7 +114,7 @@ func cmdRelayServe(args []string, stdout, stderr io.Writer) int {
 		}
 		defer wl.Close()
 		wsl = wl
-		fmt.Fprintln(stdout, "outpost+ws://"+wl.Addr().String()+"#"+key.PublicKey().Fingerprint())
+		fmt.Fprintln(stdout, transport.RelayWSScheme+wl.Addr().String()+"#"+key.PublicKey().Fingerprint())
 	}
 	if f, ok := stdout.(*os.File); ok {
 		f.Sync()
@@ -254,6 +261,10 @@ func cmdExecutorJoin(args []string, stdout, stderr io.Writer) int {
 	stateDir := fs.String("state-dir", identity.DefaultStateDir(), "directory for the executor's key")
 	authorized := fs.String("authorized-clients", "", "file of client public keys allowed to run commands; default: any the relay brings")
 	adminListen := fs.String("admin-listen", "", "serve /metrics, /livez and /readyz on HOST:PORT (off when empty)")
+	handshakeTimeout := fs.Duration("handshake-timeout", transport.DefaultHandshakeTimeout, "how long a relayed client may take, from the relay's splice, to finish its Noise handshake")
+	firstByteTimeout := fs.Duration("first-byte-timeout", executor.DefaultFirstByteTimeout, "how long a relayed client's stream may stay silent before its handshake starts")
+	maxHandshakes := fs.Int("max-handshakes", executor.DefaultMaxHandshakes, "relayed clients still in their handshake, in all (the oldest idle ones make room)")
+	maxPerSession := fs.Int("max-handshakes-per-session", executor.DefaultMaxHandshakesPerAddress, "relayed clients still in their handshake per relay session (every relayed client arrives from the relay)")
 	cfg, backend := executorLimitFlags(fs)
 	var lf logFlags
 	lf.register(fs)
@@ -295,7 +306,8 @@ func cmdExecutorJoin(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "outpost:", err)
 		return 1
 	}
-	opts := executor.JoinOptions{RelayURL: *relayURL, Key: key.Keypair(), ID: *id, Token: *token, Labels: labels, Version: version}
+	opts := executor.JoinOptions{RelayURL: *relayURL, Key: key.Keypair(), ID: *id, Token: *token, Labels: labels, Version: version,
+		HandshakeTimeout: *handshakeTimeout, FirstByteTimeout: *firstByteTimeout, MaxHandshakes: *maxHandshakes, MaxHandshakesPerAddress: *maxPerSession}
 	if *authorized != "" {
 		allow, err := identity.LoadAllowList(*authorized)
 		if err != nil {

@@ -1,4 +1,4 @@
-package executor
+package remotefs
 
 import (
 	"os"
@@ -46,18 +46,18 @@ func TestFsCallsJudgedByCodexsSandboxShapes(t *testing.T) {
 		path(filepath.Join(ws, ".codex"), "read")}, false)
 	for name, sb := range map[string]map[string]any{"symbolic": symbolic, "materialised, no cwd": materialised} {
 		inside := filepath.Join(ws, name+".txt")
-		if _, err := sess.fsWriteFile(protocol.FsWriteFileParams{Path: "file://" + inside, Data: []byte("x"), Sandbox: sb}); err != nil {
+		if _, err := sess.WriteFile(protocol.FsWriteFileParams{Path: "file://" + inside, Data: []byte("x"), Sandbox: sb}); err != nil {
 			t.Errorf("%s: a write inside the workspace: %v", name, err)
 		}
 		for _, denied := range []string{filepath.Join(out, "x"), filepath.Join(ws, ".git", "config"), filepath.Join(ws, "sub", ".git", "hooks", "x")} {
-			if _, err := sess.fsWriteFile(protocol.FsWriteFileParams{Path: "file://" + denied, Data: []byte("x"), Sandbox: sb}); fsCode(t, err) != protocol.CodeInvalidRequest {
+			if _, err := sess.WriteFile(protocol.FsWriteFileParams{Path: "file://" + denied, Data: []byte("x"), Sandbox: sb}); fsCode(t, err) != protocol.CodeInvalidRequest {
 				t.Errorf("%s: %s: %v", name, denied, err)
 			}
 			if fsExists(denied) {
 				t.Errorf("%s: wrote %s", name, denied)
 			}
 		}
-		if _, err := sess.fsReadFile(protocol.FsReadFileParams{Path: "file://" + inside, Sandbox: sb}); err != nil {
+		if _, err := sess.ReadFile(protocol.FsReadFileParams{Path: "file://" + inside, Sandbox: sb}); err != nil {
 			t.Errorf("%s: read: %v", name, err)
 		}
 	}
@@ -65,7 +65,7 @@ func TestFsCallsJudgedByCodexsSandboxShapes(t *testing.T) {
 	// codex 0.145): the workspace is read-only.
 	noRoots := ctx(symbolic["permissions"].(map[string]any)["file_system"].(map[string]any)["entries"].([]any), false)
 	noRoots["cwd"] = uri
-	if _, err := sess.fsWriteFile(protocol.FsWriteFileParams{Path: "file://" + filepath.Join(ws, "no-roots"), Data: []byte("x"), Sandbox: noRoots}); fsCode(t, err) != protocol.CodeInvalidRequest {
+	if _, err := sess.WriteFile(protocol.FsWriteFileParams{Path: "file://" + filepath.Join(ws, "no-roots"), Data: []byte("x"), Sandbox: noRoots}); fsCode(t, err) != protocol.CodeInvalidRequest {
 		t.Errorf("project roots without workspaceRoots granted a write: %v", err)
 	}
 }

@@ -1,17 +1,12 @@
-package executor_test
+package engine_test
 
 import (
-	"errors"
-	"io/fs"
-	"net/url"
-	"os"
-	"path/filepath"
 	"reflect"
 	"sort"
 	"strings"
 	"testing"
 
-	"github.com/outpost-exec/outpost/executor"
+	"github.com/outpost-exec/outpost/engine"
 	"github.com/outpost-exec/outpost/protocol"
 )
 
@@ -37,7 +32,7 @@ var baseEnv = []string{
 }
 
 func TestChildEnvWithoutPolicyIsExactlyOverlay(t *testing.T) {
-	got, err := executor.ChildEnv(nil, map[string]string{"B": "2", "A": "1", "PATH": "/x"}, baseEnv)
+	got, err := engine.ChildEnv(nil, map[string]string{"B": "2", "A": "1", "PATH": "/x"}, baseEnv)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -45,7 +40,7 @@ func TestChildEnvWithoutPolicyIsExactlyOverlay(t *testing.T) {
 		t.Fatalf("got %q, want %q", got, want)
 	}
 
-	got, err = executor.ChildEnv(nil, nil, baseEnv)
+	got, err = engine.ChildEnv(nil, nil, baseEnv)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -56,7 +51,7 @@ func TestChildEnvWithoutPolicyIsExactlyOverlay(t *testing.T) {
 
 func TestChildEnvWithoutPolicyKeepsSecretsTheClientSent(t *testing.T) {
 	// Default excludes filter what is inherited, not what the client asks for.
-	got, err := executor.ChildEnv(nil, map[string]string{"API_KEY": "k"}, nil)
+	got, err := engine.ChildEnv(nil, map[string]string{"API_KEY": "k"}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -161,7 +156,7 @@ func TestChildEnvAppliesPolicyStepsInOrder(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			policy := c.policy
-			got, err := executor.ChildEnv(&policy, c.overlay, baseEnv)
+			got, err := engine.ChildEnv(&policy, c.overlay, baseEnv)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -186,7 +181,7 @@ func TestChildEnvDefaultExcludesAreCaseInsensitiveSubstrings(t *testing.T) {
 	for _, n := range append(append([]string(nil), dropped...), kept...) {
 		base = append(base, n+"=v")
 	}
-	got, err := executor.ChildEnv(&protocol.EnvPolicy{Inherit: protocol.InheritAll}, nil, base)
+	got, err := engine.ChildEnv(&protocol.EnvPolicy{Inherit: protocol.InheritAll}, nil, base)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -199,7 +194,7 @@ func TestChildEnvDefaultExcludesAreCaseInsensitiveSubstrings(t *testing.T) {
 		t.Fatalf("got  %q\nwant %q", got, want)
 	}
 
-	got, err = executor.ChildEnv(&protocol.EnvPolicy{Inherit: protocol.InheritAll, IgnoreDefaultExcludes: true}, nil, base)
+	got, err = engine.ChildEnv(&protocol.EnvPolicy{Inherit: protocol.InheritAll, IgnoreDefaultExcludes: true}, nil, base)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -210,7 +205,7 @@ func TestChildEnvDefaultExcludesAreCaseInsensitiveSubstrings(t *testing.T) {
 
 func TestChildEnvExcludeGlobCrossesSlash(t *testing.T) {
 	policy := &protocol.EnvPolicy{Inherit: protocol.InheritAll, IgnoreDefaultExcludes: true, Exclude: []string{"npm_config_*"}}
-	got, err := executor.ChildEnv(policy, nil, []string{"npm_config_//registry.npmjs.org/:_authToken=x", "npm_config_cache=/c", "PATH=/bin"})
+	got, err := engine.ChildEnv(policy, nil, []string{"npm_config_//registry.npmjs.org/:_authToken=x", "npm_config_cache=/c", "PATH=/bin"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -221,7 +216,7 @@ func TestChildEnvExcludeGlobCrossesSlash(t *testing.T) {
 
 func TestChildEnvIncludeOnlyGlobCrossesSlash(t *testing.T) {
 	policy := &protocol.EnvPolicy{Inherit: protocol.InheritAll, IgnoreDefaultExcludes: true, IncludeOnly: []string{"A*Z"}}
-	got, err := executor.ChildEnv(policy, nil, []string{"A/Z=1", "A/B/Z=2", "AZ=3", "B=4"})
+	got, err := engine.ChildEnv(policy, nil, []string{"A/Z=1", "A/B/Z=2", "AZ=3", "B=4"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -232,7 +227,7 @@ func TestChildEnvIncludeOnlyGlobCrossesSlash(t *testing.T) {
 
 func TestChildEnvRejectsUnknownInherit(t *testing.T) {
 	for _, inherit := range []protocol.EnvPolicyInherit{"bogus", "ALL", "everything"} {
-		_, err := executor.ChildEnv(&protocol.EnvPolicy{Inherit: inherit}, nil, baseEnv)
+		_, err := engine.ChildEnv(&protocol.EnvPolicy{Inherit: inherit}, nil, baseEnv)
 		if err == nil || !strings.Contains(err.Error(), "inherit") {
 			t.Errorf("inherit %q: err = %v, want an inherit error", inherit, err)
 		}
@@ -251,7 +246,7 @@ func TestChildEnvRejectsBadGlobs(t *testing.T) {
 	}
 	for _, p := range cases {
 		policy := p
-		_, err := executor.ChildEnv(&policy, nil, baseEnv)
+		_, err := engine.ChildEnv(&policy, nil, baseEnv)
 		if err == nil || !strings.Contains(err.Error(), "pattern") {
 			t.Errorf("policy %+v: err = %v, want a bad pattern error", p, err)
 		}
@@ -275,7 +270,7 @@ func TestChildEnvRejectsInvalidNamesAndValues(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			got, err := executor.ChildEnv(c.policy, c.overlay, baseEnv)
+			got, err := engine.ChildEnv(c.policy, c.overlay, baseEnv)
 			if err == nil {
 				t.Fatalf("accepted: %q", got)
 			}
@@ -290,7 +285,7 @@ func TestChildEnvOutputIsSortedAndUnique(t *testing.T) {
 	}
 	for _, policy := range []*protocol.EnvPolicy{nil, {Inherit: protocol.InheritAll}} {
 		for i := 0; i < 10; i++ { // map order varies from run to run
-			got, err := executor.ChildEnv(policy, overlay, baseEnv)
+			got, err := engine.ChildEnv(policy, overlay, baseEnv)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -313,157 +308,10 @@ func TestChildEnvDoesNotModifyItsInputs(t *testing.T) {
 	policy := &protocol.EnvPolicy{Inherit: protocol.InheritAll, Exclude: []string{"A*"}, Set: map[string]string{"S": "1"}, IncludeOnly: []string{"*"}}
 	overlay := map[string]string{"O": "1"}
 	base := append([]string(nil), baseEnv...)
-	if _, err := executor.ChildEnv(policy, overlay, base); err != nil {
+	if _, err := engine.ChildEnv(policy, overlay, base); err != nil {
 		t.Fatal(err)
 	}
 	if !reflect.DeepEqual(base, baseEnv) || len(overlay) != 1 || len(policy.Set) != 1 || !reflect.DeepEqual(policy.Exclude, []string{"A*"}) {
 		t.Fatalf("inputs modified: base %q overlay %v policy %+v", base, overlay, policy)
-	}
-}
-
-// --- NativePath / NativeDir ----------------------------------------------
-
-func TestNativePathAcceptsOnlyLocalAbsolutePaths(t *testing.T) {
-	cases := []struct {
-		in   string
-		want string // "" means ErrForeignPath
-	}{
-		{"/tmp", "/tmp"},
-		{"/", "/"},
-		{"/tmp/../tmp/./x/", "/tmp/x"},
-		{"//tmp//x", "/tmp/x"},
-		{"/tmp/a%20b", "/tmp/a%20b"}, // a plain path is not decoded
-		{`/tmp/a\b`, `/tmp/a\b`},     // a backslash is an ordinary character
-		{"/tmp/C:/x", "/tmp/C:/x"},   // a drive-like element further in
-		{"file:///tmp", "/tmp"},
-		{"file:///", "/"},
-		{"file://localhost/tmp", "/tmp"},
-		{"FILE:///tmp", "/tmp"},
-		{"file:/tmp", "/tmp"},
-		{"file:///tmp/a%20b/%E2%82%AC", "/tmp/a b/€"},
-		{"file:///tmp/a%2Fb", ""}, // an encoded separator is refused, not decoded into one
-		{"file:///tmp/x/../y", "/tmp/y"},
-
-		{"", ""},
-		{"tmp", ""},
-		{"tmp/x", ""},
-		{"./x", ""},
-		{"../x", ""},
-		{"~/x", ""},
-		{"file:tmp", ""},
-		{"file:tmp/x", ""},
-		{"file://otherhost/x", ""},
-		{"file://example.com/tmp", ""},
-		{"file://server/share/x", ""},
-		{"file:///tmp/%zz", ""},
-		{`C:\x`, ""},
-		{`c:\Users\u`, ""},
-		{"C:/x", ""},
-		{"C:", ""},
-		{`D:`, ""},
-		{`\x`, ""},
-		{`\\server\share`, ""},
-		{`\\server\share\dir`, ""},
-		{`\\?\C:\x`, ""},
-		{"file:///C:/x", ""},
-		{"file:///c:/Users", ""},
-		{"file:///C:", ""},
-		{"file:///C:%5Cx", ""},
-		{"file://localhost/C:/x", ""},
-		{"/C:/x", ""},
-		{"/tmp/\x00x", ""},
-		{"\x00", ""},
-		{"file:///tmp%00x", ""},
-		{"file:///tmp/%00", ""},
-	}
-	for _, c := range cases {
-		got, err := executor.NativePath(c.in)
-		if c.want == "" {
-			if !errors.Is(err, executor.ErrForeignPath) {
-				t.Errorf("NativePath(%q) = %q, %v; want ErrForeignPath", c.in, got, err)
-			}
-			continue
-		}
-		if err != nil || got != c.want {
-			t.Errorf("NativePath(%q) = %q, %v; want %q", c.in, got, err, c.want)
-		}
-	}
-}
-
-func TestNativeDirResolvesExistingDirectories(t *testing.T) {
-	dir := t.TempDir()
-	file := filepath.Join(dir, "file")
-	if err := os.WriteFile(file, nil, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	spaced := filepath.Join(dir, "a b")
-	if err := os.Mkdir(spaced, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	fileURI := func(p string) string { return (&url.URL{Scheme: "file", Path: p}).String() }
-
-	ok := []struct {
-		in, want string
-	}{
-		{dir, dir},
-		{dir + "/", dir},
-		{dir + "/./a b/..", dir},
-		{fileURI(dir), dir},
-		{"file://localhost" + dir, dir},
-		{fileURI(spaced), spaced},
-		{"/", "/"},
-	}
-	for _, c := range ok {
-		got, err := executor.NativeDir(c.in, "/fallback", nil)
-		if err != nil || got != c.want {
-			t.Errorf("NativeDir(%q) = %q, %v; want %q", c.in, got, err, c.want)
-		}
-	}
-	if !strings.Contains(fileURI(spaced), "%20") {
-		t.Fatalf("test URI %q is not percent-encoded", fileURI(spaced))
-	}
-}
-
-func TestNativeDirEmptyUsesFallback(t *testing.T) {
-	for _, fallback := range []string{"/some/where", "", "relative"} {
-		got, err := executor.NativeDir("", fallback, nil)
-		if err != nil || got != fallback {
-			t.Errorf("NativeDir(\"\", %q) = %q, %v; want the fallback", fallback, got, err)
-		}
-	}
-}
-
-func TestNativeDirRejectsMissingDirectory(t *testing.T) {
-	missing := filepath.Join(t.TempDir(), "missing")
-	for _, in := range []string{missing, "file://" + missing} {
-		_, err := executor.NativeDir(in, "/fallback", nil)
-		if !errors.Is(err, fs.ErrNotExist) {
-			t.Errorf("NativeDir(%q): err = %v, want fs.ErrNotExist", in, err)
-		}
-		if err != nil && !strings.Contains(err.Error(), in) {
-			t.Errorf("NativeDir(%q): error %q does not name the cwd", in, err)
-		}
-	}
-}
-
-func TestNativeDirRejectsFile(t *testing.T) {
-	file := filepath.Join(t.TempDir(), "f")
-	if err := os.WriteFile(file, []byte("x"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	for _, in := range []string{file, "file://" + file} {
-		_, err := executor.NativeDir(in, "/fallback", nil)
-		if err == nil || !strings.Contains(err.Error(), "not a directory") {
-			t.Errorf("NativeDir(%q): err = %v, want not a directory", in, err)
-		}
-	}
-}
-
-func TestNativeDirRejectsForeignPaths(t *testing.T) {
-	for _, in := range []string{`C:\x`, "file:///C:/x", `\\server\share`, "relative", "file://otherhost/tmp", "/tmp\x00", "file:///tmp%00"} {
-		_, err := executor.NativeDir(in, "/fallback", nil)
-		if !errors.Is(err, executor.ErrForeignPath) {
-			t.Errorf("NativeDir(%q): err = %v, want ErrForeignPath", in, err)
-		}
 	}
 }

@@ -1,4 +1,4 @@
-package executor
+package engine
 
 import (
 	"context"
@@ -10,8 +10,8 @@ import (
 )
 
 // Backend starts processes. Everything after the start goes through the
-// returned Process. Implementations: LocalBackend (real children) and
-// MockBackend (scripted, for tests of the layers above).
+// returned Process. LocalBackend starts real children; tests of the layers
+// above use scripted backends of their own.
 type Backend interface {
 	Start(ctx context.Context, spec Spec) (Process, error)
 }
@@ -66,9 +66,11 @@ var (
 	ErrStdinQueueFull = errors.New("stdin queue is full; retry the write with the same writeId")
 )
 
-// writeIDs remembers the last maxWriteIDs accepted write ids of a process
-// (FIFO), so a retried write is accepted once only.
-type writeIDs struct {
+// WriteIDs remembers the last maxWriteIDs accepted write ids of a process
+// (FIFO), so a retried write is accepted once only: what Process.Write
+// promises for writeID. A Process implementation embeds one; the zero
+// value is ready.
+type WriteIDs struct {
 	mu    sync.Mutex
 	seen  map[string]struct{}
 	order []string
@@ -77,9 +79,9 @@ type writeIDs struct {
 // maxWriteIDs bounds the remembered write ids per process.
 const maxWriteIDs = 4096
 
-// accept runs write (which queues the bytes) unless id was already
+// Accept runs write (which queues the bytes) unless id was already
 // accepted, recording id atomically with a successful write.
-func (w *writeIDs) accept(id string, write func() (protocol.WriteStatus, error)) (protocol.WriteStatus, error) {
+func (w *WriteIDs) Accept(id string, write func() (protocol.WriteStatus, error)) (protocol.WriteStatus, error) {
 	if id == "" {
 		return write()
 	}

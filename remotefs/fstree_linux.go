@@ -1,4 +1,4 @@
-package executor
+package remotefs
 
 // Creating, removing and copying trees by descriptors: every step is
 // relative to a directory already opened and judged, and nothing inside a

@@ -5,21 +5,22 @@ import (
 	"errors"
 	"sync"
 
+	"github.com/outpost-exec/outpost/engine"
 	"github.com/outpost-exec/outpost/protocol"
 )
 
 // MockBackend starts scripted processes instead of real ones, so the
-// layers above the backend (sessions, transports, clients) can be tested
+// layers above the backend (sessions, transports) can be tested
 // deterministically: exact output, exact exit codes, starts that block
 // until released, and a record of every stdin write, signal and resize.
 type MockBackend struct {
-	Retention Retention
+	Retention engine.Retention
 	// Script returns the steps a started process performs. Nil: print
 	// argv[1:] joined by spaces and a newline on stdout, exit 0.
-	Script func(spec Spec) []MockStep
+	Script func(spec engine.Spec) []MockStep
 	// BeforeStart, if set, runs inside Start before the process exists; an
 	// error fails the start. Tests use it to hold a start open.
-	BeforeStart func(ctx context.Context, spec Spec) error
+	BeforeStart func(ctx context.Context, spec engine.Spec) error
 
 	mu      sync.Mutex
 	started []*MockProcess
@@ -48,7 +49,7 @@ func (b *MockBackend) Started() []*MockProcess {
 }
 
 // Start runs spec's script.
-func (b *MockBackend) Start(ctx context.Context, spec Spec) (Process, error) {
+func (b *MockBackend) Start(ctx context.Context, spec engine.Spec) (engine.Process, error) {
 	if len(spec.Argv) == 0 {
 		return nil, errors.New("argv must not be empty")
 	}
@@ -59,7 +60,7 @@ func (b *MockBackend) Start(ctx context.Context, spec Spec) (Process, error) {
 	}
 	ret := b.Retention
 	if ret.MaxBytes == 0 {
-		ret = DefaultRetention()
+		ret = engine.DefaultRetention()
 	}
 	var steps []MockStep
 	if b.Script != nil {
@@ -76,7 +77,7 @@ func (b *MockBackend) Start(ctx context.Context, spec Spec) (Process, error) {
 	}
 	p := &MockProcess{
 		Spec:    spec,
-		log:     NewEventLog(ret, 1),
+		log:     engine.NewEventLog(ret, 1),
 		stdin:   make(chan []byte, 128),
 		signals: make(chan protocol.Signal, 16),
 		killed:  make(chan struct{}),
@@ -90,9 +91,9 @@ func (b *MockBackend) Start(ctx context.Context, spec Spec) (Process, error) {
 
 // MockProcess is a scripted process.
 type MockProcess struct {
-	Spec Spec
-	log  *EventLog
-	ids  writeIDs
+	Spec engine.Spec
+	log  *engine.EventLog
+	ids  engine.WriteIDs
 
 	stdin   chan []byte
 	signals chan protocol.Signal
@@ -167,14 +168,14 @@ func (p *MockProcess) exit(code int32) {
 }
 
 // Log implements Process.
-func (p *MockProcess) Log() *EventLog { return p.log }
+func (p *MockProcess) Log() *engine.EventLog { return p.log }
 
 // Write implements Process: data goes to EchoStdin steps and is recorded.
 func (p *MockProcess) Write(data []byte, writeID string, closeStdin bool) (protocol.WriteStatus, error) {
 	if !p.Spec.PipeStdin && !p.Spec.Tty {
 		return protocol.WriteStdinClosed, nil
 	}
-	return p.ids.accept(writeID, func() (protocol.WriteStatus, error) {
+	return p.ids.Accept(writeID, func() (protocol.WriteStatus, error) {
 		p.mu.Lock()
 		defer p.mu.Unlock()
 		if p.stdinClosed {
@@ -184,7 +185,7 @@ func (p *MockProcess) Write(data []byte, writeID string, closeStdin bool) (proto
 			select {
 			case p.stdin <- append([]byte(nil), data...):
 			default:
-				return "", ErrStdinQueueFull
+				return "", engine.ErrStdinQueueFull
 			}
 			p.received = append(p.received, data...)
 		}
@@ -232,7 +233,7 @@ func (p *MockProcess) Signal(sig protocol.Signal) error {
 // Resize implements Process.
 func (p *MockProcess) Resize(rows, cols uint16) error {
 	if !p.Spec.Tty {
-		return ErrNotTTY
+		return engine.ErrNotTTY
 	}
 	p.mu.Lock()
 	p.sizes = append(p.sizes, [2]uint16{rows, cols})

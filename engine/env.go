@@ -1,14 +1,11 @@
-package executor
+package engine
 
 import (
-	"errors"
 	"fmt"
-	"os"
 	"path"
 	"sort"
 	"strings"
 
-	"github.com/outpost-exec/outpost/pathmap"
 	"github.com/outpost-exec/outpost/protocol"
 )
 
@@ -103,33 +100,3 @@ func matchAny(name string, patterns []string) bool {
 	}
 	return false
 }
-
-// ErrForeignPath rejects a path that is not native to this executor.
-var ErrForeignPath = pathmap.ErrForeignPath
-
-// NativeDir resolves a request's cwd — a file: URI or an absolute path,
-// through the executor's prefix mappings — to an existing directory on
-// this machine. Empty means fallback.
-func NativeDir(cwd, fallback string, translate func(string) (string, error)) (string, error) {
-	if cwd == "" {
-		return fallback, nil
-	}
-	if translate == nil {
-		translate = pathmap.Native
-	}
-	p, err := translate(cwd)
-	if err != nil {
-		return "", err
-	}
-	fi, err := os.Stat(p)
-	if err != nil {
-		return "", fmt.Errorf("cwd %q: %w", cwd, errors.Unwrap(err))
-	}
-	if !fi.IsDir() {
-		return "", fmt.Errorf("cwd %q: not a directory", cwd)
-	}
-	return p, nil
-}
-
-// NativePath turns a file: URI or an absolute path into a clean native path.
-func NativePath(s string) (string, error) { return pathmap.Native(s) }

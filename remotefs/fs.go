@@ -1,23 +1,4 @@
-package executor
-
-// The fs/* methods. Every path goes through pathmap (file: URIs, prefix
-// mappings) and is then resolved once, to a descriptor (fsroot_linux.go):
-// the parent directory of what the call changes, or the object a read
-// opens, reached as the path says (symlinks followed, /proc magic links
-// not). When the request carries a sandbox policy, the policy judges where
-// that descriptor really is (/proc/self/fd) plus the final name; the
-// operation then works only relative to the descriptor (fstree_linux.go),
-// so a directory swapped for a symlink after the check cannot lead out of
-// what the policy allows. Without a policy the same code runs, unjudged.
-// Writes go to a temporary file created with O_EXCL|O_NOFOLLOW in the
-// verified parent directory and renamed into place through its
-// descriptor.
-//
-// Bounds: whole-file reads and writes Config.MaxFileBytes (64 MiB); blocks
-// maxBlockBytes; open handles Config.MaxFileHandles per session, closed
-// (and unfinished writes discarded) when the session ends; directory
-// listings maxDirEntries; recursive removes and copies maxTreeDepth
-// levels and maxTreeEntries entries.
+package remotefs
 
 import (
 	"crypto/sha256"
@@ -37,6 +18,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/outpost-exec/outpost/internal/errkind"
+	"github.com/outpost-exec/outpost/pathmap"
 	"github.com/outpost-exec/outpost/protocol"
 	"github.com/outpost-exec/outpost/sandbox"
 )
@@ -47,6 +30,47 @@ const (
 	// maxDirEntries bounds one fs/readDirectory.
 	maxDirEntries = 100_000
 )
+
+// Paths translates between a client's paths and this machine's: file:
+// URIs and absolute paths, through the executor's prefix mappings. A
+// *pathmap.Mapper is one.
+type Paths interface {
+	// ToExecutor maps a client's path to a clean native one.
+	ToExecutor(clientPath string) (string, error)
+	// ToClient maps a native path back to the client's spelling.
+	ToClient(executorPath string) string
+}
+
+// Config is what the file system needs from the executor that serves it.
+type Config struct {
+	// Paths translates every path a call names (required).
+	Paths Paths
+	// Hidden are the executor's own secrets, access none under every
+	// policy an fs call carries (see executor.Config.SandboxHidden).
+	Hidden []string
+	// MaxFileBytes bounds a whole-file fs/readFile or fs/writeFile.
+	MaxFileBytes int64
+	// MaxFileHandles bounds a session's open handles.
+	MaxFileHandles int
+}
+
+// Session is one executor session's file system: the fs/* methods and the
+// table of handles fs/open and fs/create add to it, which End closes. Its
+// methods are safe for concurrent use; each takes the method's params and
+// returns its protocol result (or a *protocol.Error).
+type Session struct {
+	cfg Config
+	id  string // the executor session's, for messages
+
+	mu      sync.Mutex
+	handles map[string]*fsHandle // at most cfg.MaxFileHandles
+	ended   bool
+}
+
+// NewSession returns the file system of the executor session sessionID.
+func NewSession(cfg Config, sessionID string) *Session {
+	return &Session{cfg: cfg, id: sessionID}
+}
 
 // fsHandle is an open file of a session.
 type fsHandle struct {
@@ -182,7 +206,7 @@ func (s *Session) fsRequest(method string, rawPolicy any) (*fsReq, error) {
 	pol := ctx.Policy
 	var roots []string
 	for _, r := range ctx.WorkspaceRoots {
-		n, err := s.srv.translate(r)
+		n, err := s.cfg.Paths.ToExecutor(r)
 		if err != nil {
 			return nil, protocol.KindErrorf(protocol.KindInvalid, protocol.CodeInvalidParams, "invalid params for %s: sandbox workspaceRoots: %v", method, err)
 		}
@@ -191,7 +215,7 @@ func (s *Session) fsRequest(method string, rawPolicy any) (*fsReq, error) {
 	// A policy without a cwd is judged against its own roots: ":cwd" (and
 	// ":project_roots") then grant nothing, never the executor's own
 	// working directory.
-	cwd, err := NativeDir(ctx.Cwd, "", s.srv.translate)
+	cwd, err := pathmap.NativeDir(ctx.Cwd, "", s.cfg.Paths.ToExecutor)
 	if err != nil {
 		return nil, protocol.KindErrorf(protocol.KindInvalid, protocol.CodeInvalidParams, "invalid params for %s: sandbox cwd: %v", method, err)
 	}
@@ -199,8 +223,8 @@ func (s *Session) fsRequest(method string, rawPolicy any) (*fsReq, error) {
 	// commands. Shared sticky temporary roots (/tmp) are not scanned for
 	// protected names: an fs call judges every component it touches by
 	// name (Allows, and the walks of fstree_linux.go).
-	res, err := pol.Resolve(sandbox.Env{Cwd: cwd, ProjectRoots: roots, NoProjectRootFallback: ctx.Codex, Translate: s.srv.translate,
-		Hidden: s.srv.cfg.SandboxHidden, SharedTempUnscanned: true})
+	res, err := pol.Resolve(sandbox.Env{Cwd: cwd, ProjectRoots: roots, NoProjectRootFallback: ctx.Codex, Translate: s.cfg.Paths.ToExecutor,
+		Hidden: s.cfg.Hidden, SharedTempUnscanned: true})
 	if err != nil {
 		return nil, protocol.KindErrorf(protocol.KindInvalid, protocol.CodeInvalidParams, "invalid params for %s: %v", method, err)
 	}
@@ -226,9 +250,9 @@ func (r *fsReq) native(field, p string) (string, error) {
 	if p == "" {
 		return "", protocol.KindErrorf(protocol.KindInvalid, protocol.CodeInvalidParams, "invalid params for %s: %s is required", r.method, field)
 	}
-	n, err := r.s.srv.translate(p)
+	n, err := r.s.cfg.Paths.ToExecutor(p)
 	if err != nil {
-		return "", protocol.KindErrorf(errKind(err, protocol.KindInvalid), protocol.CodeInvalidRequest, "%s: %s %q: %v", r.method, field, p, err)
+		return "", protocol.KindErrorf(errkind.Of(err, protocol.KindInvalid), protocol.CodeInvalidRequest, "%s: %s %q: %v", r.method, field, p, err)
 	}
 	return n, nil
 }
@@ -295,7 +319,7 @@ func (r *fsReq) fsError(shown string, err error) error {
 		errors.Is(err, syscall.ELOOP), errors.Is(err, syscall.EROFS), errors.Is(err, syscall.ENAMETOOLONG):
 		code = protocol.CodeInvalidRequest
 	}
-	return protocol.KindErrorf(errKind(err, protocol.KindInternal), code, "%s: %s: %v", r.method, shown, err)
+	return protocol.KindErrorf(errkind.Of(err, protocol.KindInternal), code, "%s: %s: %v", r.method, shown, err)
 }
 
 func (r *fsReq) fsErrorOrNil(shown string, err error) error {
@@ -420,7 +444,7 @@ func (r *fsReq) writePlace(shown, p string) (*fsDir, string, *unix.Stat_t, error
 
 // --- methods ------------------------------------------------------------
 
-func (s *Session) fsReadFile(p protocol.FsReadFileParams) (any, error) {
+func (s *Session) ReadFile(p protocol.FsReadFileParams) (any, error) {
 	r, n, err := s.fsBegin(protocol.MethodFsReadFile, p.Sandbox, p.Path)
 	if err != nil {
 		return nil, err
@@ -430,7 +454,7 @@ func (s *Session) fsReadFile(p protocol.FsReadFileParams) (any, error) {
 		return nil, err
 	}
 	defer f.Close()
-	limit := s.srv.cfg.MaxFileBytes
+	limit := s.cfg.MaxFileBytes
 	if p.MaxBytes != nil && int64(*p.MaxBytes) < limit && int64(*p.MaxBytes) >= 0 {
 		limit = int64(*p.MaxBytes)
 	}
@@ -447,13 +471,13 @@ func (s *Session) fsReadFile(p protocol.FsReadFileParams) (any, error) {
 	return protocol.FsReadFileResult{Data: data}, nil
 }
 
-func (s *Session) fsWriteFile(p protocol.FsWriteFileParams) (any, error) {
+func (s *Session) WriteFile(p protocol.FsWriteFileParams) (any, error) {
 	r, n, err := s.fsBegin(protocol.MethodFsWriteFile, p.Sandbox, p.Path)
 	if err != nil {
 		return nil, err
 	}
-	if int64(len(p.Data)) > s.srv.cfg.MaxFileBytes {
-		return nil, r.tooLarge(p.Path, s.srv.cfg.MaxFileBytes, "write in one call", "fs/create and fs/writeBlock")
+	if int64(len(p.Data)) > s.cfg.MaxFileBytes {
+		return nil, r.tooLarge(p.Path, s.cfg.MaxFileBytes, "write in one call", "fs/create and fs/writeBlock")
 	}
 	h, err := r.createTemp(p.Path, n, p.Mode)
 	if err != nil {
@@ -469,7 +493,7 @@ func (s *Session) fsWriteFile(p protocol.FsWriteFileParams) (any, error) {
 	return protocol.Empty{}, nil
 }
 
-func (s *Session) fsCreateDirectory(p protocol.FsCreateDirectoryParams) (any, error) {
+func (s *Session) CreateDirectory(p protocol.FsCreateDirectoryParams) (any, error) {
 	r, n, err := s.fsBegin(protocol.MethodFsCreateDirectory, p.Sandbox, p.Path)
 	if err != nil {
 		return nil, err
@@ -488,7 +512,7 @@ func (s *Session) fsCreateDirectory(p protocol.FsCreateDirectoryParams) (any, er
 	return protocol.Empty{}, nil
 }
 
-func (s *Session) fsGetMetadata(p protocol.FsPathParams) (any, error) {
+func (s *Session) GetMetadata(p protocol.FsPathParams) (any, error) {
 	r, n, err := s.fsBegin(protocol.MethodFsGetMetadata, p.Sandbox, p.Path)
 	if err != nil {
 		return nil, err
@@ -520,7 +544,7 @@ func (s *Session) fsGetMetadata(p protocol.FsPathParams) (any, error) {
 	return md, nil
 }
 
-func (s *Session) fsCanonicalize(p protocol.FsPathParams) (any, error) {
+func (s *Session) Canonicalize(p protocol.FsPathParams) (any, error) {
 	r, n, err := s.fsBegin(protocol.MethodFsCanonicalize, p.Sandbox, p.Path)
 	if err != nil {
 		return nil, err
@@ -530,10 +554,10 @@ func (s *Session) fsCanonicalize(p protocol.FsPathParams) (any, error) {
 		return nil, r.failed(p.Path, n, false, err)
 	}
 	o.Close()
-	return protocol.FsCanonicalizeResult{Path: s.srv.mapper.ToClient(o.path)}, nil
+	return protocol.FsCanonicalizeResult{Path: s.cfg.Paths.ToClient(o.path)}, nil
 }
 
-func (s *Session) fsReadDirectory(p protocol.FsPathParams) (any, error) {
+func (s *Session) ReadDirectory(p protocol.FsPathParams) (any, error) {
 	r, n, err := s.fsBegin(protocol.MethodFsReadDirectory, p.Sandbox, p.Path)
 	if err != nil {
 		return nil, err
@@ -567,7 +591,7 @@ func (s *Session) fsReadDirectory(p protocol.FsPathParams) (any, error) {
 	return res, nil
 }
 
-func (s *Session) fsRemove(p protocol.FsRemoveParams) (any, error) {
+func (s *Session) Remove(p protocol.FsRemoveParams) (any, error) {
 	r, n, err := s.fsBegin(protocol.MethodFsRemove, p.Sandbox, p.Path)
 	if err != nil {
 		return nil, err
@@ -595,7 +619,7 @@ func (s *Session) fsRemove(p protocol.FsRemoveParams) (any, error) {
 	return protocol.Empty{}, nil
 }
 
-func (s *Session) fsCopy(p protocol.FsCopyParams) (any, error) {
+func (s *Session) Copy(p protocol.FsCopyParams) (any, error) {
 	r, err := s.fsRequest(protocol.MethodFsCopy, p.Sandbox)
 	if err != nil {
 		return nil, err
@@ -646,7 +670,7 @@ func within(root, p string) bool {
 	return p == root || strings.HasPrefix(p, strings.TrimSuffix(root, "/")+"/")
 }
 
-func (s *Session) fsHash(p protocol.FsPathParams) (any, error) {
+func (s *Session) Hash(p protocol.FsPathParams) (any, error) {
 	r, n, err := s.fsBegin(protocol.MethodFsHash, p.Sandbox, p.Path)
 	if err != nil {
 		return nil, err
@@ -674,8 +698,8 @@ func (s *Session) addHandle(method, id string, h *fsHandle) error {
 		return protocol.KindErrorf(protocol.KindUnknownSession, protocol.CodeInvalidRequest, "session %s has ended", s.id)
 	case s.handles[id] != nil:
 		return protocol.KindErrorf(protocol.KindInvalid, protocol.CodeInvalidRequest, "%s: handle %s is already open", method, id)
-	case len(s.handles) >= s.srv.cfg.MaxFileHandles:
-		return protocol.KindErrorf(protocol.KindExhausted, protocol.CodeInvalidRequest, "%s: too many open file handles in this session (limit %d)", method, s.srv.cfg.MaxFileHandles)
+	case len(s.handles) >= s.cfg.MaxFileHandles:
+		return protocol.KindErrorf(protocol.KindExhausted, protocol.CodeInvalidRequest, "%s: too many open file handles in this session (limit %d)", method, s.cfg.MaxFileHandles)
 	}
 	if s.handles == nil {
 		s.handles = map[string]*fsHandle{}
@@ -701,7 +725,7 @@ func (s *Session) handle(method, id string) (*fsHandle, error) {
 	return h, nil
 }
 
-func (s *Session) fsOpen(p protocol.FsOpenParams) (any, error) {
+func (s *Session) Open(p protocol.FsOpenParams) (any, error) {
 	if err := validHandleID(protocol.MethodFsOpen, p.HandleID); err != nil {
 		return nil, err
 	}
@@ -720,7 +744,7 @@ func (s *Session) fsOpen(p protocol.FsOpenParams) (any, error) {
 	return protocol.FsHandleResult{HandleID: p.HandleID}, nil
 }
 
-func (s *Session) fsCreate(p protocol.FsCreateParams) (any, error) {
+func (s *Session) Create(p protocol.FsCreateParams) (any, error) {
 	if err := validHandleID(protocol.MethodFsCreate, p.HandleID); err != nil {
 		return nil, err
 	}
@@ -739,7 +763,7 @@ func (s *Session) fsCreate(p protocol.FsCreateParams) (any, error) {
 	return protocol.FsHandleResult{HandleID: p.HandleID}, nil
 }
 
-func (s *Session) fsReadBlock(p protocol.FsReadBlockParams) (any, error) {
+func (s *Session) ReadBlock(p protocol.FsReadBlockParams) (any, error) {
 	h, err := s.handle(protocol.MethodFsReadBlock, p.HandleID)
 	if err != nil {
 		return nil, err
@@ -757,12 +781,12 @@ func (s *Session) fsReadBlock(p protocol.FsReadBlockParams) (any, error) {
 	h.account(p.Offset, buf[:got])
 	h.mu.Unlock()
 	if err != nil && err != io.EOF {
-		return nil, protocol.KindErrorf(errKind(err, protocol.KindInternal), protocol.CodeInternal, "%s: handle %s: %v", protocol.MethodFsReadBlock, p.HandleID, err)
+		return nil, protocol.KindErrorf(errkind.Of(err, protocol.KindInternal), protocol.CodeInternal, "%s: handle %s: %v", protocol.MethodFsReadBlock, p.HandleID, err)
 	}
 	return protocol.FsReadBlockResult{Chunk: buf[:got], EOF: err == io.EOF || n == 0}, nil
 }
 
-func (s *Session) fsWriteBlock(p protocol.FsWriteBlockParams) (any, error) {
+func (s *Session) WriteBlock(p protocol.FsWriteBlockParams) (any, error) {
 	h, err := s.handle(protocol.MethodFsWriteBlock, p.HandleID)
 	if err != nil {
 		return nil, err
@@ -780,12 +804,12 @@ func (s *Session) fsWriteBlock(p protocol.FsWriteBlockParams) (any, error) {
 	}
 	h.mu.Unlock()
 	if err != nil {
-		return nil, protocol.KindErrorf(errKind(err, protocol.KindInternal), protocol.CodeInternal, "%s: handle %s: %v", protocol.MethodFsWriteBlock, p.HandleID, err)
+		return nil, protocol.KindErrorf(errkind.Of(err, protocol.KindInternal), protocol.CodeInternal, "%s: handle %s: %v", protocol.MethodFsWriteBlock, p.HandleID, err)
 	}
 	return protocol.Empty{}, nil
 }
 
-func (s *Session) fsClose(p protocol.FsCloseParams) (any, error) {
+func (s *Session) Close(p protocol.FsCloseParams) (any, error) {
 	s.mu.Lock()
 	h := s.handles[p.HandleID]
 	delete(s.handles, p.HandleID)
@@ -802,16 +826,18 @@ func (s *Session) fsClose(p protocol.FsCloseParams) (any, error) {
 		return res, nil
 	}
 	if err := h.commit(); err != nil {
-		return nil, protocol.KindErrorf(errKind(err, protocol.KindInternal), protocol.CodeInternal, "%s: handle %s: %v", protocol.MethodFsClose, p.HandleID, err)
+		return nil, protocol.KindErrorf(errkind.Of(err, protocol.KindInternal), protocol.CodeInternal, "%s: handle %s: %v", protocol.MethodFsClose, p.HandleID, err)
 	}
 	return res, nil
 }
 
-// closeFiles drops every handle of an ending session.
-func (s *Session) closeFiles() {
+// End drops every handle of an ending session (an unfinished write is
+// removed) and refuses new ones.
+func (s *Session) End() {
 	s.mu.Lock()
 	hs := s.handles
 	s.handles = nil
+	s.ended = true
 	s.mu.Unlock()
 	for _, h := range hs {
 		h.discard()

@@ -1,4 +1,4 @@
-package executor
+package engine
 
 import (
 	"bytes"
@@ -40,7 +40,8 @@ func DefaultRetention() Retention {
 // MaxChunkBytes is the largest output chunk a process logs: one pipe read.
 const MaxChunkBytes = 64 << 10
 
-func (r Retention) validate() error {
+// Validate reports a retention too small to hold one chunk.
+func (r Retention) Validate() error {
 	if r.MaxBytes < MaxChunkBytes {
 		return errors.New("retention MaxBytes must be at least 64 KiB (one chunk)")
 	}

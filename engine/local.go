@@ -1,4 +1,4 @@
-package executor
+package engine
 
 import (
 	"context"
@@ -67,7 +67,7 @@ func (b *LocalBackend) Start(ctx context.Context, spec Spec) (Process, error) {
 	path := spec.Path
 	if path == "" {
 		var err error
-		if path, err = lookPath(spec.Argv[0], spec.Env, spec.Dir); err != nil {
+		if path, err = LookPath(spec.Argv[0], spec.Env, spec.Dir); err != nil {
 			return nil, err
 		}
 	}
@@ -268,9 +268,10 @@ func unwrapExecError(err error) error {
 	return err
 }
 
-// lookPath resolves name against the child's PATH (not the executor's),
-// relative to dir for names with a slash.
-func lookPath(name string, env []string, dir string) (string, error) {
+// LookPath resolves name as Start does for a Spec without Path: against
+// the child's PATH in env (not the executor's), relative to dir for names
+// with a slash.
+func LookPath(name string, env []string, dir string) (string, error) {
 	if strings.Contains(name, "/") {
 		p := name
 		if !filepath.IsAbs(p) {
@@ -329,7 +330,7 @@ type localProcess struct {
 	ptmx     *os.File
 	grace    time.Duration
 	stdin    *stdinQueue
-	ids      writeIDs
+	ids      WriteIDs
 	cg       *cgroup.Cgroup // nil without cgroups
 	// What the cgroup's limits refused, read as the process exits.
 	oomKills, pidsRefusals atomic.Int64
@@ -549,7 +550,7 @@ func (p *localProcess) Write(data []byte, writeID string, closeStdin bool) (prot
 	if p.stdin == nil {
 		return protocol.WriteStdinClosed, nil
 	}
-	return p.ids.accept(writeID, func() (protocol.WriteStatus, error) {
+	return p.ids.Accept(writeID, func() (protocol.WriteStatus, error) {
 		return p.stdin.enqueue(data, closeStdin)
 	})
 }

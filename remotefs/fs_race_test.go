@@ -1,4 +1,4 @@
-package executor
+package remotefs
 
 // Races between fs/* calls judged by a workspace policy and a sandboxed
 // command that swaps a directory of the workspace with a symlink leading
@@ -23,21 +23,26 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/outpost-exec/outpost/pathmap"
 	"github.com/outpost-exec/outpost/protocol"
 )
 
-// fsTestSession is a session of a fresh server, as fs calls reach it.
+// fsTestConfig is the file system of an executor with default settings:
+// no path mappings, the default limits.
+func fsTestConfig(t testing.TB) Config {
+	t.Helper()
+	m, err := pathmap.NewMapper()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return Config{Paths: m, MaxFileBytes: 64 << 20, MaxFileHandles: 64}
+}
+
+// fsTestSession is a session's file system, as fs calls reach it.
 func fsTestSession(t *testing.T) *Session {
 	t.Helper()
-	srv, err := NewServer(DefaultConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
-	sess, err := NewSessionForTest(srv)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(sess.closeFiles)
+	sess := NewSession(fsTestConfig(t), "test")
+	t.Cleanup(sess.End)
 	return sess
 }
 
@@ -200,17 +205,17 @@ func TestFsRaceSwappedSymlinkCannotLeadOutOfTheWorkspace(t *testing.T) {
 			if recursive {
 				r = ptrTrue()
 			}
-			return sess.fsRemove(protocol.FsRemoveParams{Path: p, Recursive: r, Sandbox: policy})
+			return sess.Remove(protocol.FsRemoveParams{Path: p, Recursive: r, Sandbox: policy})
 		}
 	}
 	mkdir := func(p string) call {
 		return func(policy map[string]any) (any, error) {
-			return sess.fsCreateDirectory(protocol.FsCreateDirectoryParams{Path: p, Recursive: ptrTrue(), Sandbox: policy})
+			return sess.CreateDirectory(protocol.FsCreateDirectoryParams{Path: p, Recursive: ptrTrue(), Sandbox: policy})
 		}
 	}
 	write := func(p string) call {
 		return func(policy map[string]any) (any, error) {
-			return sess.fsWriteFile(protocol.FsWriteFileParams{Path: p, Data: []byte("client"), Sandbox: policy})
+			return sess.WriteFile(protocol.FsWriteFileParams{Path: p, Data: []byte("client"), Sandbox: policy})
 		}
 	}
 	var loops []call

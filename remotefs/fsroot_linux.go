@@ -1,4 +1,4 @@
-package executor
+package remotefs
 
 // Descriptor-relative path handling for the fs/* methods.
 //

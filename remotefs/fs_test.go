@@ -1,4 +1,4 @@
-package executor
+package remotefs
 
 import (
 	"crypto/sha256"
@@ -114,7 +114,7 @@ func TestFsRemoveOfASymlinkRemovesTheLinkNotItsTarget(t *testing.T) {
 		link   string
 		policy any
 	}{{"dirlink", nil}, {"filelink", nil}, {"inner", fsWorkspace(ws)}, {"policylink", fsWorkspace(ws)}} {
-		if _, err := sess.fsRemove(protocol.FsRemoveParams{Path: filepath.Join(ws, c.link), Recursive: ptrTrue(), Sandbox: c.policy}); err != nil {
+		if _, err := sess.Remove(protocol.FsRemoveParams{Path: filepath.Join(ws, c.link), Recursive: ptrTrue(), Sandbox: c.policy}); err != nil {
 			t.Fatalf("remove %s: %v", c.link, err)
 		}
 		if fsExists(filepath.Join(ws, c.link)) {
@@ -143,7 +143,7 @@ func TestFsRecursiveRemoveNeverFollowsAnInnerSymlink(t *testing.T) {
 	}
 	before := fsSnapshot(t, outside)
 	for name, policy := range map[string]any{"tree": nil, "tree2": fsWorkspace(ws)} {
-		if _, err := sess.fsRemove(protocol.FsRemoveParams{Path: filepath.Join(ws, name), Sandbox: policy}); err != nil {
+		if _, err := sess.Remove(protocol.FsRemoveParams{Path: filepath.Join(ws, name), Sandbox: policy}); err != nil {
 			t.Fatalf("remove %s: %v", name, err)
 		}
 		if fsExists(filepath.Join(ws, name)) {
@@ -168,7 +168,7 @@ func TestFsCreateDirectoryThroughASymlinkedAncestorOutsideIsRefused(t *testing.T
 		path      string
 		recursive bool
 	}{{"link/a/b", true}, {"link/a", false}, {"link/existing", true}, {"link/existing/x/y", true}} {
-		_, err := sess.fsCreateDirectory(protocol.FsCreateDirectoryParams{Path: filepath.Join(ws, c.path), Recursive: &c.recursive, Sandbox: fsWorkspace(ws)})
+		_, err := sess.CreateDirectory(protocol.FsCreateDirectoryParams{Path: filepath.Join(ws, c.path), Recursive: &c.recursive, Sandbox: fsWorkspace(ws)})
 		if fsCode(t, err) != protocol.CodeInvalidRequest || !strings.Contains(err.Error(), "access denied") {
 			t.Errorf("%s: %v", c.path, err)
 		}
@@ -177,7 +177,7 @@ func TestFsCreateDirectoryThroughASymlinkedAncestorOutsideIsRefused(t *testing.T
 		t.Errorf("created outside: %v", diff)
 	}
 	// A symlinked ancestor that stays inside is followed as the path says.
-	if _, err := sess.fsCreateDirectory(protocol.FsCreateDirectoryParams{Path: filepath.Join(ws, "innerlink", "a", "b"), Sandbox: fsWorkspace(ws)}); err != nil {
+	if _, err := sess.CreateDirectory(protocol.FsCreateDirectoryParams{Path: filepath.Join(ws, "innerlink", "a", "b"), Sandbox: fsWorkspace(ws)}); err != nil {
 		t.Fatal(err)
 	}
 	if fi, err := os.Stat(filepath.Join(ws, "in", "a", "b")); err != nil || !fi.IsDir() {
@@ -190,11 +190,11 @@ func TestFsCreateDirectoryRefusesProtectedNamesAtAnyDepth(t *testing.T) {
 	ws := t.TempDir()
 	os.MkdirAll(filepath.Join(ws, "sub"), 0o755)
 	for _, p := range []string{"sub/.git/hooks", "new/deeper/.git", "x/.codex/y", ".outpost", "sub/.agents"} {
-		_, err := sess.fsCreateDirectory(protocol.FsCreateDirectoryParams{Path: filepath.Join(ws, p), Sandbox: fsWorkspace(ws)})
+		_, err := sess.CreateDirectory(protocol.FsCreateDirectoryParams{Path: filepath.Join(ws, p), Sandbox: fsWorkspace(ws)})
 		if fsCode(t, err) != protocol.CodeInvalidRequest {
 			t.Errorf("%s: %v", p, err)
 		}
-		if _, err := sess.fsWriteFile(protocol.FsWriteFileParams{Path: filepath.Join(ws, p, "config"), Data: []byte("x"), Sandbox: fsWorkspace(ws)}); fsCode(t, err) != protocol.CodeInvalidRequest {
+		if _, err := sess.WriteFile(protocol.FsWriteFileParams{Path: filepath.Join(ws, p, "config"), Data: []byte("x"), Sandbox: fsWorkspace(ws)}); fsCode(t, err) != protocol.CodeInvalidRequest {
 			t.Errorf("write in %s: %v", p, err)
 		}
 	}
@@ -208,32 +208,24 @@ func TestFsCreateDirectoryRefusesProtectedNamesAtAnyDepth(t *testing.T) {
 	}
 	// An existing nested .git is read-only too.
 	os.MkdirAll(filepath.Join(ws, "a", "b", ".git"), 0o755)
-	if _, err := sess.fsWriteFile(protocol.FsWriteFileParams{Path: filepath.Join(ws, "a", "b", ".git", "config"), Data: []byte("x"), Sandbox: fsWorkspace(ws)}); fsCode(t, err) != protocol.CodeInvalidRequest {
+	if _, err := sess.WriteFile(protocol.FsWriteFileParams{Path: filepath.Join(ws, "a", "b", ".git", "config"), Data: []byte("x"), Sandbox: fsWorkspace(ws)}); fsCode(t, err) != protocol.CodeInvalidRequest {
 		t.Errorf("write in a/b/.git: %v", err)
 	}
 	if fsExists(filepath.Join(ws, "a", "b", ".git", "config")) {
 		t.Error("wrote a/b/.git/config")
 	}
 	// Unsandboxed, the same names are ordinary.
-	if _, err := sess.fsCreateDirectory(protocol.FsCreateDirectoryParams{Path: filepath.Join(ws, "sub", ".git", "hooks")}); err != nil {
+	if _, err := sess.CreateDirectory(protocol.FsCreateDirectoryParams{Path: filepath.Join(ws, "sub", ".git", "hooks")}); err != nil {
 		t.Fatal(err)
 	}
 }
 
-// A policy without a cwd never grants the executor's own working
-// directory, nor a protected name under the roots it does grant.
+// A policy without a cwd never grants a working directory — the
+// executor's own, or the one its start requests default to (cwd here) —
+// nor a protected name under the roots it does grant.
 func TestFsPolicyWithoutCwdIsJudgedAgainstItsOwnRoots(t *testing.T) {
 	cwd := fsPrivateDir(t)
-	cfg := DefaultConfig()
-	cfg.DefaultCwd = cwd
-	srv, err := NewServer(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sess, err := NewSessionForTest(srv)
-	if err != nil {
-		t.Fatal(err)
-	}
+	sess := fsTestSession(t)
 	own, _ := os.Getwd()
 	tmp := t.TempDir() // writable: ":tmpdir"
 	os.MkdirAll(filepath.Join(tmp, "repo", ".git"), 0o755)
@@ -243,7 +235,7 @@ func TestFsPolicyWithoutCwdIsJudgedAgainstItsOwnRoots(t *testing.T) {
 		paths = append(paths, filepath.Join(own, ".outpost-fs-test-must-not-exist"))
 	}
 	for _, p := range paths {
-		_, err := sess.fsWriteFile(protocol.FsWriteFileParams{Path: p, Data: []byte("x"), Sandbox: policy})
+		_, err := sess.WriteFile(protocol.FsWriteFileParams{Path: p, Data: []byte("x"), Sandbox: policy})
 		if fsCode(t, err) != protocol.CodeInvalidRequest {
 			t.Errorf("%s: %v", p, err)
 		}
@@ -252,7 +244,7 @@ func TestFsPolicyWithoutCwdIsJudgedAgainstItsOwnRoots(t *testing.T) {
 			t.Errorf("wrote %s", p)
 		}
 	}
-	if _, err := sess.fsWriteFile(protocol.FsWriteFileParams{Path: filepath.Join(tmp, "ok"), Data: []byte("x"), Sandbox: policy}); err != nil {
+	if _, err := sess.WriteFile(protocol.FsWriteFileParams{Path: filepath.Join(tmp, "ok"), Data: []byte("x"), Sandbox: policy}); err != nil {
 		t.Errorf("a write in the temporary directory: %v", err)
 	}
 }
@@ -269,7 +261,7 @@ func TestFsCopyTreeCopiesAnInnerSymlinkToOutsideAsALink(t *testing.T) {
 	os.Symlink(filepath.Join(outside, "dir"), filepath.Join(ws, "src", "sub", "outdir"))
 	before := fsSnapshot(t, outside)
 	for dst, policy := range map[string]any{"dst": fsWorkspace(ws), "dst2": nil} {
-		if _, err := sess.fsCopy(protocol.FsCopyParams{SourcePath: filepath.Join(ws, "src"), DestinationPath: filepath.Join(ws, dst), Recursive: true, Sandbox: policy}); err != nil {
+		if _, err := sess.Copy(protocol.FsCopyParams{SourcePath: filepath.Join(ws, "src"), DestinationPath: filepath.Join(ws, dst), Recursive: true, Sandbox: policy}); err != nil {
 			t.Fatalf("%s: %v", dst, err)
 		}
 		for link, target := range map[string]string{"out": filepath.Join(outside, "secret"), "sub/outdir": filepath.Join(outside, "dir")} {
@@ -289,14 +281,14 @@ func TestFsCopyTreeCopiesAnInnerSymlinkToOutsideAsALink(t *testing.T) {
 	os.MkdirAll(filepath.Join(ws, ".git"), 0o755)
 	os.Symlink(outside, filepath.Join(ws, "outlink"))
 	for _, dst := range []string{"src/sub/copy", ".git/copy", "outlink/copy"} {
-		_, err := sess.fsCopy(protocol.FsCopyParams{SourcePath: filepath.Join(ws, "src"), DestinationPath: filepath.Join(ws, dst), Recursive: true, Sandbox: fsWorkspace(ws)})
+		_, err := sess.Copy(protocol.FsCopyParams{SourcePath: filepath.Join(ws, "src"), DestinationPath: filepath.Join(ws, dst), Recursive: true, Sandbox: fsWorkspace(ws)})
 		if fsCode(t, err) != protocol.CodeInvalidRequest || fsExists(filepath.Join(ws, dst)) {
 			t.Errorf("%s: %v", dst, err)
 		}
 	}
 	// A tree holding a protected name cannot be copied in under a policy.
 	os.MkdirAll(filepath.Join(ws, "withgit", ".git"), 0o755)
-	if _, err := sess.fsCopy(protocol.FsCopyParams{SourcePath: filepath.Join(ws, "withgit"), DestinationPath: filepath.Join(ws, "copied"), Recursive: true, Sandbox: fsWorkspace(ws)}); fsCode(t, err) != protocol.CodeInvalidRequest {
+	if _, err := sess.Copy(protocol.FsCopyParams{SourcePath: filepath.Join(ws, "withgit"), DestinationPath: filepath.Join(ws, "copied"), Recursive: true, Sandbox: fsWorkspace(ws)}); fsCode(t, err) != protocol.CodeInvalidRequest {
 		t.Errorf("copying a .git in: %v", err)
 	}
 	if fsExists(filepath.Join(ws, "copied", ".git")) {
@@ -318,22 +310,22 @@ func TestFsErrorsKeepCodexCodes(t *testing.T) {
 		err  error
 		code int
 	}{
-		"read missing":             {second(sess.fsReadFile(protocol.FsReadFileParams{Path: missing})), protocol.CodeNotFound},
-		"metadata missing":         {second(sess.fsGetMetadata(protocol.FsPathParams{Path: missing})), protocol.CodeNotFound},
-		"list missing":             {second(sess.fsReadDirectory(protocol.FsPathParams{Path: missing})), protocol.CodeNotFound},
-		"canonicalize missing":     {second(sess.fsCanonicalize(protocol.FsPathParams{Path: missing})), protocol.CodeNotFound},
-		"remove missing, no force": {second(sess.fsRemove(protocol.FsRemoveParams{Path: missing, Force: ptrFalse()})), protocol.CodeNotFound},
-		"remove missing, force":    {second(sess.fsRemove(protocol.FsRemoveParams{Path: filepath.Join(missing, "x")})), 0},
-		"write in missing":         {second(sess.fsWriteFile(protocol.FsWriteFileParams{Path: filepath.Join(missing, "x")})), protocol.CodeNotFound},
-		"mkdir in missing":         {second(sess.fsCreateDirectory(protocol.FsCreateDirectoryParams{Path: filepath.Join(missing, "x"), Recursive: ptrFalse()})), protocol.CodeNotFound},
-		"mkdir over a file":        {second(sess.fsCreateDirectory(protocol.FsCreateDirectoryParams{Path: filepath.Join(dir, "file", "x")})), protocol.CodeInvalidRequest},
-		"mkdir existing":           {second(sess.fsCreateDirectory(protocol.FsCreateDirectoryParams{Path: filepath.Join(dir, "full"), Recursive: ptrFalse()})), protocol.CodeInvalidRequest},
-		"mkdir -p existing":        {second(sess.fsCreateDirectory(protocol.FsCreateDirectoryParams{Path: filepath.Join(dir, "full")})), 0},
-		"remove full, no recurse":  {second(sess.fsRemove(protocol.FsRemoveParams{Path: filepath.Join(dir, "full"), Recursive: ptrFalse()})), protocol.CodeInvalidRequest},
-		"read a directory":         {second(sess.fsReadFile(protocol.FsReadFileParams{Path: dir})), protocol.CodeInvalidRequest},
-		"write a directory":        {second(sess.fsWriteFile(protocol.FsWriteFileParams{Path: dir})), protocol.CodeInvalidRequest},
-		"list a file":              {second(sess.fsReadDirectory(protocol.FsPathParams{Path: filepath.Join(dir, "file")})), protocol.CodeInvalidRequest},
-		"remove /":                 {second(sess.fsRemove(protocol.FsRemoveParams{Path: "/"})), protocol.CodeInvalidRequest},
+		"read missing":             {second(sess.ReadFile(protocol.FsReadFileParams{Path: missing})), protocol.CodeNotFound},
+		"metadata missing":         {second(sess.GetMetadata(protocol.FsPathParams{Path: missing})), protocol.CodeNotFound},
+		"list missing":             {second(sess.ReadDirectory(protocol.FsPathParams{Path: missing})), protocol.CodeNotFound},
+		"canonicalize missing":     {second(sess.Canonicalize(protocol.FsPathParams{Path: missing})), protocol.CodeNotFound},
+		"remove missing, no force": {second(sess.Remove(protocol.FsRemoveParams{Path: missing, Force: ptrFalse()})), protocol.CodeNotFound},
+		"remove missing, force":    {second(sess.Remove(protocol.FsRemoveParams{Path: filepath.Join(missing, "x")})), 0},
+		"write in missing":         {second(sess.WriteFile(protocol.FsWriteFileParams{Path: filepath.Join(missing, "x")})), protocol.CodeNotFound},
+		"mkdir in missing":         {second(sess.CreateDirectory(protocol.FsCreateDirectoryParams{Path: filepath.Join(missing, "x"), Recursive: ptrFalse()})), protocol.CodeNotFound},
+		"mkdir over a file":        {second(sess.CreateDirectory(protocol.FsCreateDirectoryParams{Path: filepath.Join(dir, "file", "x")})), protocol.CodeInvalidRequest},
+		"mkdir existing":           {second(sess.CreateDirectory(protocol.FsCreateDirectoryParams{Path: filepath.Join(dir, "full"), Recursive: ptrFalse()})), protocol.CodeInvalidRequest},
+		"mkdir -p existing":        {second(sess.CreateDirectory(protocol.FsCreateDirectoryParams{Path: filepath.Join(dir, "full")})), 0},
+		"remove full, no recurse":  {second(sess.Remove(protocol.FsRemoveParams{Path: filepath.Join(dir, "full"), Recursive: ptrFalse()})), protocol.CodeInvalidRequest},
+		"read a directory":         {second(sess.ReadFile(protocol.FsReadFileParams{Path: dir})), protocol.CodeInvalidRequest},
+		"write a directory":        {second(sess.WriteFile(protocol.FsWriteFileParams{Path: dir})), protocol.CodeInvalidRequest},
+		"list a file":              {second(sess.ReadDirectory(protocol.FsPathParams{Path: filepath.Join(dir, "file")})), protocol.CodeInvalidRequest},
+		"remove /":                 {second(sess.Remove(protocol.FsRemoveParams{Path: "/"})), protocol.CodeInvalidRequest},
 	} {
 		if got := fsCode(t, c.err); got != c.code {
 			t.Errorf("%s: code %d, want %d (%v)", name, got, c.code, c.err)
@@ -359,7 +351,7 @@ func TestFsWriteThroughALinkAndMetadataOfALink(t *testing.T) {
 	os.Symlink("target", filepath.Join(ws, "link"))
 	os.Symlink("link", filepath.Join(ws, "link2"))
 	os.Symlink(filepath.Join(outside, "target"), filepath.Join(ws, "outlink"))
-	if _, err := sess.fsWriteFile(protocol.FsWriteFileParams{Path: filepath.Join(ws, "link2"), Data: []byte("new"), Sandbox: fsWorkspace(ws)}); err != nil {
+	if _, err := sess.WriteFile(protocol.FsWriteFileParams{Path: filepath.Join(ws, "link2"), Data: []byte("new"), Sandbox: fsWorkspace(ws)}); err != nil {
 		t.Fatal(err)
 	}
 	if b, _ := os.ReadFile(filepath.Join(ws, "target")); string(b) != "new" {
@@ -371,25 +363,25 @@ func TestFsWriteThroughALinkAndMetadataOfALink(t *testing.T) {
 	if l, err := os.Readlink(filepath.Join(ws, "link")); err != nil || l != "target" {
 		t.Errorf("the link was replaced: %q %v", l, err)
 	}
-	if _, err := sess.fsWriteFile(protocol.FsWriteFileParams{Path: filepath.Join(ws, "outlink"), Data: []byte("x"), Sandbox: fsWorkspace(ws)}); fsCode(t, err) != protocol.CodeInvalidRequest {
+	if _, err := sess.WriteFile(protocol.FsWriteFileParams{Path: filepath.Join(ws, "outlink"), Data: []byte("x"), Sandbox: fsWorkspace(ws)}); fsCode(t, err) != protocol.CodeInvalidRequest {
 		t.Errorf("a write through a link out: %v", err)
 	}
 	if b, _ := os.ReadFile(filepath.Join(outside, "target")); string(b) != "outside" {
 		t.Errorf("outside/target holds %q", b)
 	}
-	res, err := sess.fsGetMetadata(protocol.FsPathParams{Path: filepath.Join(ws, "link")})
+	res, err := sess.GetMetadata(protocol.FsPathParams{Path: filepath.Join(ws, "link")})
 	if md, ok := res.(protocol.FsMetadata); err != nil || !ok || !md.IsSymlink || md.IsFile {
 		t.Errorf("metadata of a link: %+v %v", res, err)
 	}
-	res, err = sess.fsGetMetadata(protocol.FsPathParams{Path: filepath.Join(ws, "target")})
+	res, err = sess.GetMetadata(protocol.FsPathParams{Path: filepath.Join(ws, "target")})
 	if md, ok := res.(protocol.FsMetadata); err != nil || !ok || !md.IsFile || md.Size != 3 || md.Mode != 0o600 || md.ModifiedAtMs == 0 {
 		t.Errorf("metadata of a file: %+v %v", res, err)
 	}
-	res, err = sess.fsCanonicalize(protocol.FsPathParams{Path: filepath.Join(ws, "link2")})
+	res, err = sess.Canonicalize(protocol.FsPathParams{Path: filepath.Join(ws, "link2")})
 	if c, ok := res.(protocol.FsCanonicalizeResult); err != nil || !ok || c.Path != filepath.Join(ws, "target") {
 		t.Errorf("canonicalize: %+v %v", res, err)
 	}
-	res, err = sess.fsReadDirectory(protocol.FsPathParams{Path: ws, Sandbox: fsWorkspace(ws)})
+	res, err = sess.ReadDirectory(protocol.FsPathParams{Path: ws, Sandbox: fsWorkspace(ws)})
 	if l, ok := res.(protocol.FsReadDirectoryResult); err != nil || !ok || len(l.Entries) != 4 || l.Entries[0].FileName != "link" || !l.Entries[0].IsSymlink {
 		t.Errorf("listing: %+v %v", res, err)
 	}
@@ -406,7 +398,7 @@ func TestFsRecursiveRemoveRefusesATreeHoldingProtectedOrNonePaths(t *testing.T) 
 	fsMustWrite(t, filepath.Join(ws, "c", "secret", "k"), "x")
 	policy := map[string]any{"entries": []map[string]any{{"path": ":root", "access": "read"}, {"path": ws, "access": "write"}, {"path": filepath.Join(ws, "c", "secret"), "access": "none"}}}
 	for _, p := range []string{"a", "c", ".", "a/b/.git"} {
-		_, err := sess.fsRemove(protocol.FsRemoveParams{Path: filepath.Join(ws, p), Sandbox: policy})
+		_, err := sess.Remove(protocol.FsRemoveParams{Path: filepath.Join(ws, p), Sandbox: policy})
 		if fsCode(t, err) != protocol.CodeInvalidRequest {
 			t.Errorf("%s: %v", p, err)
 		}
@@ -426,7 +418,7 @@ func TestFsRecursiveRemoveRefusesATreeHoldingProtectedOrNonePaths(t *testing.T) 
 	for _, f := range files {
 		fsMustWrite(t, filepath.Join(tmp, f), "x")
 	}
-	_, err := sess.fsRemove(protocol.FsRemoveParams{Path: filepath.Join(tmp, "repo"), Sandbox: map[string]any{"mode": "workspace-write"}})
+	_, err := sess.Remove(protocol.FsRemoveParams{Path: filepath.Join(tmp, "repo"), Sandbox: map[string]any{"mode": "workspace-write"}})
 	if fsCode(t, err) != protocol.CodeInvalidRequest {
 		t.Errorf("remove a tree holding .git in the temporary directory: %v", err)
 	}
@@ -435,7 +427,7 @@ func TestFsRecursiveRemoveRefusesATreeHoldingProtectedOrNonePaths(t *testing.T) 
 			t.Errorf("%s was removed", f)
 		}
 	}
-	if _, err := sess.fsRemove(protocol.FsRemoveParams{Path: filepath.Join(tmp, "repo", "d0"), Sandbox: map[string]any{"mode": "workspace-write"}}); err != nil || fsExists(filepath.Join(tmp, "repo", "d0")) {
+	if _, err := sess.Remove(protocol.FsRemoveParams{Path: filepath.Join(tmp, "repo", "d0"), Sandbox: map[string]any{"mode": "workspace-write"}}); err != nil || fsExists(filepath.Join(tmp, "repo", "d0")) {
 		t.Errorf("remove a tree without one: %v", err)
 	}
 }

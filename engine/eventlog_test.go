@@ -1,4 +1,4 @@
-package executor
+package engine
 
 import (
 	"context"
@@ -350,13 +350,13 @@ func TestSubscriptionNextRespectsEventAndByteBudget(t *testing.T) {
 }
 
 func TestRetentionValidation(t *testing.T) {
-	if err := (Retention{MaxBytes: 10, MaxChunks: 10}).validate(); err == nil {
+	if err := (Retention{MaxBytes: 10, MaxChunks: 10}).Validate(); err == nil {
 		t.Error("tiny MaxBytes accepted")
 	}
-	if err := (Retention{MaxBytes: 1 << 20}).validate(); err == nil {
+	if err := (Retention{MaxBytes: 1 << 20}).Validate(); err == nil {
 		t.Error("zero MaxChunks accepted")
 	}
-	if err := DefaultRetention().validate(); err != nil {
+	if err := DefaultRetention().Validate(); err != nil {
 		t.Error(err)
 	}
 }

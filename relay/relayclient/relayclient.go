@@ -1,0 +1,219 @@
+// Package relayclient is the one client of an outpost relay, for both of
+// its kinds of peers: clients (relay/connect, relay/executors; package
+// client and `outpost executors ls`) and executors (relay/join; `outpost
+// executor join`).
+//
+// Dial opens a control connection (PROTOCOL.md section 9.1): the byte pipe
+// to the relay's URL (outpost:// over TCP, outpost+ws:// over WebSocket),
+// Noise as initiator with purpose transport.PurposeRelay and the relay's
+// key pinned by the URL's fingerprint (IK: a relay is always pinned), yamux,
+// and the control stream, which carries one request (Call) and its reply.
+// After relay/connect the control stream is spliced to the executor
+// (Connect); after relay/join it stays open for relay/reconnect notices
+// (AwaitNotification), and the relay opens a stream on the session for
+// each client it brings (Streams).
+//
+// A refusal comes back as the relay's *protocol.Error itself, unwrapped:
+// callers decide by protocol.KindOf and its code, never by its text.
+//
+// The package depends on transport, protocol and identity only; package
+// relay (the server) does not use it.
+package relayclient
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"sync/atomic"
+	"time"
+
+	"github.com/flynn/noise"
+	"github.com/hashicorp/yamux"
+
+	"github.com/outpost-exec/outpost/identity"
+	"github.com/outpost-exec/outpost/protocol"
+	"github.com/outpost-exec/outpost/transport"
+)
+
+// Purpose is the Noise purpose of every link to a relay.
+const Purpose = transport.PurposeRelay
+
+// Options configure Dial. The zero value is usable.
+type Options struct {
+	// Mux configures yamux with the relay (default
+	// transport.DefaultMuxConfig()).
+	Mux transport.MuxConfig
+	// HandshakeTimeout bounds the Noise handshake with the relay (default
+	// transport.DefaultHandshakeTimeout); ctx bounds it too.
+	HandshakeTimeout time.Duration
+}
+
+// Conn is an authenticated connection to a relay with its control stream
+// open.
+type Conn struct {
+	url  transport.URL
+	sess *yamux.Session
+	ctl  net.Conn
+	mc   *transport.MsgpackConn
+	ids  atomic.Int64
+}
+
+// Dial connects to the relay named by url (outpost://HOST:PORT#<fp> or
+// outpost+ws://HOST:PORT#<fp>) with the static key key. Its errors name
+// the relay's address; a refused handshake wraps
+// transport.ErrHandshakeRefused.
+func Dial(ctx context.Context, url string, key noise.DHKey, opts Options) (*Conn, error) {
+	u, err := transport.ParseURL(url, transport.SchemeRelay, transport.SchemeRelayWS)
+	if err != nil {
+		return nil, err
+	}
+	mux := opts.Mux
+	if mux == (transport.MuxConfig{}) {
+		mux = transport.DefaultMuxConfig()
+	}
+	raw, err := u.Dial(ctx)
+	if err != nil {
+		return nil, err
+	}
+	nc, err := transport.NoiseInitiator(ctx, raw, transport.NoiseConfig{Static: key, Purpose: Purpose, PeerStatic: u.Key[:], HandshakeTimeout: opts.HandshakeTimeout})
+	if err != nil {
+		raw.Close()
+		return nil, fmt.Errorf("relay %s: %w", u.Addr, err)
+	}
+	sess, err := transport.MuxClient(nc, mux)
+	if err != nil {
+		nc.Close()
+		return nil, fmt.Errorf("relay %s: %w", u.Addr, err)
+	}
+	ctl, err := sess.OpenStream()
+	if err != nil {
+		sess.Close()
+		return nil, fmt.Errorf("relay %s: opening the control stream: %w", u.Addr, err)
+	}
+	return &Conn{url: u, sess: sess, ctl: ctl, mc: transport.NewMsgpackConn(ctl, protocol.MaxMessageBytes)}, nil
+}
+
+// Addr is the relay's HOST:PORT.
+func (c *Conn) Addr() string { return c.url.Addr }
+
+// URL is the relay's URL.
+func (c *Conn) URL() transport.URL { return c.url }
+
+// Close closes the connection: the session and every stream on it.
+func (c *Conn) Close() error { return c.sess.Close() }
+
+// Done is closed once the connection has ended.
+func (c *Conn) Done() <-chan struct{} { return c.sess.CloseChan() }
+
+// Call sends a request on the control stream and reads its reply into
+// result (nil: the reply's result is not decoded). The relay's refusal is
+// returned as its *protocol.Error itself; a failure of the connection is
+// wrapped with the method's name. When ctx ends first, the call is cut
+// short and fails.
+func (c *Conn) Call(ctx context.Context, method string, params, result any) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("%s: %w", method, err)
+	}
+	stop := context.AfterFunc(ctx, func() { c.ctl.SetDeadline(time.Unix(1, 0)) })
+	m, err := c.mc.Call(ctx, transport.IntID(c.ids.Add(1)), method, params)
+	if !stop() {
+		// ctx ended meanwhile: the stream's deadline is spent, so is the
+		// connection.
+		return fmt.Errorf("%s: %w", method, ctx.Err())
+	}
+	switch {
+	case err != nil:
+		return fmt.Errorf("%s: %w", method, err)
+	case m.Kind != transport.KindResponse:
+		return fmt.Errorf("%s: the relay sent another message (kind %d) instead of a reply", method, m.Kind)
+	case m.Error != nil:
+		return m.Error
+	case result == nil:
+		return nil
+	case m.Result == nil:
+		return fmt.Errorf("%s: the reply has no result", method)
+	}
+	if err := m.Result.Decode(result); err != nil {
+		return fmt.Errorf("%s: %w", method, err)
+	}
+	return nil
+}
+
+// Connect asks the relay for a stream to executorID with a client token
+// (relay/connect). On success the control stream is spliced to a stream on
+// the executor's session: it is returned to carry the client's own Noise
+// handshake with the executor (transport.PurposeExec), with the
+// executor's key from the relay's directory (a client that has pinned none
+// pins this one). The stream lives as long as c.
+func (c *Conn) Connect(ctx context.Context, executorID, token string) (net.Conn, identity.PublicKey, error) {
+	var res protocol.RelayConnectResult
+	if err := c.Call(ctx, protocol.MethodRelayConnect, protocol.RelayConnectParams{ExecutorID: executorID, Token: token}, &res); err != nil {
+		return nil, identity.PublicKey{}, err
+	}
+	k, err := identity.ParsePublicKey(res.ExecutorKey)
+	if err != nil {
+		return nil, identity.PublicKey{}, fmt.Errorf("%s: executor key: %w", protocol.MethodRelayConnect, err)
+	}
+	return c.ctl, k, nil
+}
+
+// Executors lists the joined executors that a client token may reach
+// (relay/executors).
+func (c *Conn) Executors(ctx context.Context, token string) ([]protocol.RelayExecutor, error) {
+	var res protocol.RelayExecutorsResult
+	if err := c.Call(ctx, protocol.MethodRelayExecutors, protocol.RelayExecutorsParams{Token: token}, &res); err != nil {
+		return nil, err
+	}
+	return res.Executors, nil
+}
+
+// Join registers an executor (relay/join). The control stream then stays
+// open: the relay may send relay/reconnect on it (AwaitNotification), and
+// it opens a stream on the session for each client it splices to the
+// executor (Streams).
+func (c *Conn) Join(ctx context.Context, p protocol.RelayJoinParams) error {
+	return c.Call(ctx, protocol.MethodRelayJoin, p, nil)
+}
+
+// AwaitNotification reads the control stream until the relay sends a
+// notification named method (nil), skipping other messages and malformed
+// frames, or the stream ends (its error). Call it after Join, from one
+// goroutine.
+func (c *Conn) AwaitNotification(ctx context.Context, method string) error {
+	for {
+		m, err := c.mc.ReadMessage(ctx)
+		if err != nil {
+			var malformed *transport.MalformedError
+			if errors.As(err, &malformed) {
+				continue
+			}
+			return err
+		}
+		if m.Kind == transport.KindNotification && m.Method == method {
+			return nil
+		}
+	}
+}
+
+// Streams is a listener of the streams the relay opens on the session:
+// after Join, one per client it splices to the executor. Its Accept
+// reports net.ErrClosed once the connection has ended; closing it closes
+// the connection.
+func (c *Conn) Streams() net.Listener { return streams{c.sess} }
+
+type streams struct{ sess *yamux.Session }
+
+func (s streams) Accept() (net.Conn, error) {
+	st, err := s.sess.AcceptStream()
+	if err != nil {
+		if s.sess.IsClosed() {
+			return nil, fmt.Errorf("%w: %w", net.ErrClosed, err)
+		}
+		return nil, err
+	}
+	return st, nil
+}
+
+func (s streams) Close() error   { return s.sess.Close() }
+func (s streams) Addr() net.Addr { return s.sess.Addr() }
