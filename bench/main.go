@@ -259,12 +259,12 @@ func (b *bench) connect(target string) (client.Environment, error) {
 		return client.Local(ctx)
 	}
 	url := b.urls[target]
-	opts := client.Options{Key: b.key, NoResume: true, KnownExecutors: filepath.Join(b.dir, "known_executors")}
+	cfg := client.Config{Key: b.key, NoResume: true, KnownExecutors: filepath.Join(b.dir, "known_executors")}
 	if target == "outpost-relay" {
-		opts.Executor, opts.Token = "bench", b.token
+		cfg.Executor, cfg.Token = "bench", b.token
 	}
 	for {
-		env, err := client.Dial(ctx, url, opts)
+		env, err := client.Dial(ctx, url, cfg)
 		if err == nil || ctx.Err() != nil {
 			return env, err
 		}
@@ -462,7 +462,7 @@ func (b *bench) idleExecutors() {
 			b.skip("idle_executors", "outpost-relay", err.Error())
 			return
 		}
-		go srv.Join(jctx, executor.JoinOptions{RelayURL: rs.URL, Key: k.Keypair(), ID: "idle-" + strconv.Itoa(i), Token: tok,
+		go srv.Join(jctx, executor.JoinConfig{RelayURL: rs.URL, Key: k.Keypair(), ID: "idle-" + strconv.Itoa(i), Token: tok,
 			Joined: func() { joined <- struct{}{} }})
 	}
 	for i := range n {

@@ -152,52 +152,113 @@ const (
 	watchInterval = 250 * time.Millisecond
 )
 
-// Config configures a Bridge. Dial is required; zero bounds take the
-// defaults above.
+// Config configures a Bridge. Start from DefaultConfig and set Dial; New
+// fills any other field left zero from DefaultConfig.
 type Config struct {
 	// Dial opens the upstream connection of a new session; clientName is
-	// what codex sent in initialize (for the executor's logs).
+	// what codex sent in initialize (for the executor's logs). Required.
 	Dial func(ctx context.Context, clientName string) (*client.Remote, error)
 	// Token, when non-empty, is required as "Authorization: Bearer
-	// <token>" on the WebSocket upgrade; /readyz stays open.
-	Token  string
+	// <token>" on the WebSocket upgrade; /readyz stays open (default "":
+	// no token).
+	Token string
+	// Logger logs (default zap.NewNop()).
 	Logger *zap.Logger
 
-	MaxConnections         int
-	MaxSessions            int
+	// MaxConnections bounds codex's WebSocket connections (default 128).
+	MaxConnections int
+	// MaxSessions bounds sessions, attached or detached (default 64).
+	MaxSessions int
+	// MaxProcessesPerSession bounds a session's processes not yet closed
+	// (default 1024).
 	MaxProcessesPerSession int
-	DetachedTTL            time.Duration
-	EventQueue             int
-	MaxConcurrentCalls     int
-	PingInterval           time.Duration
-	DialTimeout            time.Duration
+	// DetachedTTL is how long a detached session lives (default 5 min).
+	DetachedTTL time.Duration
+	// EventQueue is the length of a session's event queue (default 128).
+	EventQueue int
+	// MaxConcurrentCalls bounds a connection's concurrent process/read and
+	// fs/* calls (default 32).
+	MaxConcurrentCalls int
+	// PingInterval is the WebSocket keepalive interval (default 30 s).
+	PingInterval time.Duration
+	// DialTimeout bounds dialing a session's upstream connection (default
+	// 20 s).
+	DialTimeout time.Duration
 	// MaxMessageBytes caps one inbound message (default
 	// protocol.MaxMessageBytes).
 	MaxMessageBytes int64
 }
 
-func (c *Config) defaults() {
-	def := func(v *int, d int) {
-		if *v <= 0 {
-			*v = d
-		}
+// DefaultConfig returns the default configuration, without the Dial it
+// needs.
+func DefaultConfig() Config {
+	return Config{
+		Logger:                 zap.NewNop(),
+		MaxConnections:         DefaultMaxConnections,
+		MaxSessions:            DefaultMaxSessions,
+		MaxProcessesPerSession: DefaultMaxProcessesPerSession,
+		DetachedTTL:            DefaultDetachedTTL,
+		EventQueue:             DefaultEventQueue,
+		MaxConcurrentCalls:     DefaultMaxConcurrentCalls,
+		PingInterval:           DefaultPingInterval,
+		DialTimeout:            DefaultDialTimeout,
+		MaxMessageBytes:        protocol.MaxMessageBytes,
 	}
-	defDur := func(v *time.Duration, d time.Duration) {
-		if *v <= 0 {
-			*v = d
-		}
-	}
-	def(&c.MaxConnections, DefaultMaxConnections)
-	def(&c.MaxSessions, DefaultMaxSessions)
-	def(&c.MaxProcessesPerSession, DefaultMaxProcessesPerSession)
-	def(&c.EventQueue, DefaultEventQueue)
-	def(&c.MaxConcurrentCalls, DefaultMaxConcurrentCalls)
-	defDur(&c.DetachedTTL, DefaultDetachedTTL)
-	defDur(&c.PingInterval, DefaultPingInterval)
-	defDur(&c.DialTimeout, DefaultDialTimeout)
+}
+
+// withDefaults fills every zero field that has a default from
+// DefaultConfig; the rest is left to Validate.
+func (c Config) withDefaults() Config {
+	d := DefaultConfig()
 	if c.Logger == nil {
-		c.Logger = zap.NewNop()
+		c.Logger = d.Logger
 	}
+	orDefault(&c.MaxConnections, d.MaxConnections)
+	orDefault(&c.MaxSessions, d.MaxSessions)
+	orDefault(&c.MaxProcessesPerSession, d.MaxProcessesPerSession)
+	orDefault(&c.DetachedTTL, d.DetachedTTL)
+	orDefault(&c.EventQueue, d.EventQueue)
+	orDefault(&c.MaxConcurrentCalls, d.MaxConcurrentCalls)
+	orDefault(&c.PingInterval, d.PingInterval)
+	orDefault(&c.DialTimeout, d.DialTimeout)
+	orDefault(&c.MaxMessageBytes, d.MaxMessageBytes)
+	return c
+}
+
+// orDefault sets *v to d when *v is the zero value.
+func orDefault[T comparable](v *T, d T) {
+	var zero T
+	if *v == zero {
+		*v = d
+	}
+}
+
+// Validate reports the first invalid field. It takes the configuration
+// as it is: a zero field is invalid here, though New would fill it.
+func (c Config) Validate() error {
+	switch {
+	case c.Dial == nil:
+		return errors.New("bridge: Dial is required")
+	case c.MaxConnections < 1:
+		return errors.New("bridge: MaxConnections must be at least 1")
+	case c.MaxSessions < 1:
+		return errors.New("bridge: MaxSessions must be at least 1")
+	case c.MaxProcessesPerSession < 1:
+		return errors.New("bridge: MaxProcessesPerSession must be at least 1")
+	case c.DetachedTTL <= 0:
+		return errors.New("bridge: DetachedTTL must be positive")
+	case c.EventQueue < 1:
+		return errors.New("bridge: EventQueue must be at least 1")
+	case c.MaxConcurrentCalls < 1:
+		return errors.New("bridge: MaxConcurrentCalls must be at least 1")
+	case c.PingInterval <= 0:
+		return errors.New("bridge: PingInterval must be positive")
+	case c.DialTimeout <= 0:
+		return errors.New("bridge: DialTimeout must be positive")
+	case c.MaxMessageBytes < 1:
+		return errors.New("bridge: MaxMessageBytes must be at least 1")
+	}
+	return nil
 }
 
 // Bridge serves codex connections and forwards them to an executor.
@@ -216,12 +277,13 @@ type Bridge struct {
 	closed   bool
 }
 
-// New returns a Bridge.
+// New validates cfg, its zero fields filled from DefaultConfig, and
+// returns a Bridge.
 func New(cfg Config) (*Bridge, error) {
-	if cfg.Dial == nil {
-		return nil, errors.New("bridge: Config.Dial is required")
+	cfg = cfg.withDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
 	}
-	cfg.defaults()
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Bridge{cfg: cfg, log: cfg.Logger, ctx: ctx, cancel: cancel, sessions: map[string]*session{}}, nil
 }

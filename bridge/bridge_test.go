@@ -64,7 +64,7 @@ func ctxT(t *testing.T) context.Context {
 // upstream is an executor the bridge forwards to, and how to dial it.
 type upstream struct {
 	url      string
-	opts     client.Options
+	opts     client.Config
 	restart  func() // restarts the relay (relayed only)
 	executor *executor.Server
 }
@@ -93,13 +93,13 @@ func direct(t *testing.T, tweak func(*executor.Config)) *upstream {
 	t.Helper()
 	key := newKey(t)
 	srv := newExecutorServer(t, tweak)
-	ln, err := srv.ListenNative("tcp://127.0.0.1:0", executor.NativeOptions{Key: key.Keypair()})
+	ln, err := srv.ListenNative("tcp://127.0.0.1:0", executor.NativeConfig{Key: key.Keypair()})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { ln.Close() })
 	return &upstream{url: ln.URL() + "#" + key.PublicKey().Fingerprint(), executor: srv,
-		opts: client.Options{Key: newKey(t), KnownExecutors: filepath.Join(t.TempDir(), "known_executors")}}
+		opts: client.Config{Key: newKey(t), KnownExecutors: filepath.Join(t.TempDir(), "known_executors")}}
 }
 
 // relayed starts a relay and an executor joined to it as "build-1".
@@ -146,7 +146,7 @@ func relayed(t *testing.T) *upstream {
 	joined := make(chan struct{}, 16)
 	done := make(chan error, 1)
 	go func() {
-		done <- srv.Join(ctx, executor.JoinOptions{RelayURL: url, Key: newKey(t).Keypair(), ID: "build-1", Token: joinTok,
+		done <- srv.Join(ctx, executor.JoinConfig{RelayURL: url, Key: newKey(t).Keypair(), ID: "build-1", Token: joinTok,
 			Joined: func() { joined <- struct{}{} }})
 	}()
 	t.Cleanup(func() { cancel(); <-done })
@@ -158,7 +158,7 @@ func relayed(t *testing.T) *upstream {
 		t.Fatal("the executor did not join")
 	}
 	return &upstream{url: url, executor: srv,
-		opts: client.Options{Key: newKey(t), KnownExecutors: filepath.Join(t.TempDir(), "known_executors"), Executor: "build-1", Token: clientTok},
+		opts: client.Config{Key: newKey(t), KnownExecutors: filepath.Join(t.TempDir(), "known_executors"), Executor: "build-1", Token: clientTok},
 		restart: func() {
 			mu.Lock()
 			ln.Close()

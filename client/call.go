@@ -32,7 +32,7 @@ func (r *Remote) StartProcess(ctx context.Context, params protocol.ExecParams) (
 	if params.ProcessID == "" {
 		params.ProcessID = "p" + strconv.FormatInt(r.nextID.Add(1), 10)
 	}
-	if tr := tracing.Tracer(r.opts.TracerProvider); tr != nil {
+	if tr := tracing.Tracer(r.cfg.TracerProvider); tr != nil {
 		var span trace.Span
 		ctx, span = tr.Start(ctx, protocol.MethodProcessStart, trace.WithSpanKind(trace.SpanKindClient),
 			trace.WithAttributes(attribute.String("outpost.process_id", params.ProcessID)))

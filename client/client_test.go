@@ -33,7 +33,7 @@ type testExecutor struct {
 	url string // with fingerprint
 }
 
-func startExecutor(t *testing.T, tweak func(*executor.Config, *executor.NativeOptions)) *testExecutor {
+func startExecutor(t *testing.T, tweak func(*executor.Config, *executor.NativeConfig)) *testExecutor {
 	t.Helper()
 	key, err := identity.Generate()
 	if err != nil {
@@ -41,7 +41,7 @@ func startExecutor(t *testing.T, tweak func(*executor.Config, *executor.NativeOp
 	}
 	cfg := executor.DefaultConfig()
 	cfg.Logger = zaptest.NewLogger(t)
-	opts := executor.NativeOptions{Key: key.Keypair()}
+	opts := executor.NativeConfig{Key: key.Keypair()}
 	if tweak != nil {
 		tweak(&cfg, &opts)
 	}
@@ -70,17 +70,17 @@ func newKey(t *testing.T) identity.Key {
 	return k
 }
 
-func dial(t *testing.T, url string, opts Options) *Remote {
+func dial(t *testing.T, url string, cfg Config) *Remote {
 	t.Helper()
-	if opts.Key == (identity.Key{}) {
-		opts.Key = newKey(t)
+	if cfg.Key == (identity.Key{}) {
+		cfg.Key = newKey(t)
 	}
-	if opts.KnownExecutors == "" {
-		opts.KnownExecutors = filepath.Join(t.TempDir(), "known_executors")
+	if cfg.KnownExecutors == "" {
+		cfg.KnownExecutors = filepath.Join(t.TempDir(), "known_executors")
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	defer cancel()
-	r, err := Dial(ctx, url, opts)
+	r, err := Dial(ctx, url, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -170,7 +170,7 @@ func (p *proxy) url(ex *testExecutor) string {
 
 func TestNativeRunsACommandEndToEnd(t *testing.T) {
 	ex := startExecutor(t, nil)
-	env := dial(t, ex.url, Options{})
+	env := dial(t, ex.url, Config{})
 	p, err := env.Start(ctxT(t), protocol.ExecParams{Argv: []string{"/bin/sh", "-c", "echo out; echo err >&2; exit 4"}, Env: testEnv})
 	if err != nil {
 		t.Fatal(err)
@@ -188,7 +188,7 @@ func TestNativeRunsACommandEndToEnd(t *testing.T) {
 func TestWireNeverCarriesPlaintextOutput(t *testing.T) {
 	ex := startExecutor(t, nil)
 	px := startProxy(t, ex.ln.Addr().String())
-	env := dial(t, px.url(ex), Options{})
+	env := dial(t, px.url(ex), Config{})
 	out, err := Command(env, "/bin/sh", "-c", "for i in 1 2 3; do echo MARKER-c0ffee-$i; done").CombinedOutput()
 	if err != nil || !strings.Contains(string(out), "MARKER-c0ffee-3") {
 		t.Fatalf("%q %v", out, err)
@@ -204,7 +204,7 @@ func TestWireNeverCarriesPlaintextOutput(t *testing.T) {
 func TestConnectionCutMidStreamResumesWithEveryByteOnceInOrder(t *testing.T) {
 	ex := startExecutor(t, nil)
 	px := startProxy(t, ex.ln.Addr().String())
-	env := dial(t, px.url(ex), Options{RecoveryTimeout: 20 * time.Second})
+	env := dial(t, px.url(ex), Config{RecoveryTimeout: 20 * time.Second})
 	const lines = 300000
 	p, err := env.Start(ctxT(t), protocol.ExecParams{Argv: []string{"seq", strconv.Itoa(lines)}, Env: testEnv})
 	if err != nil {
@@ -249,13 +249,13 @@ func TestResumeReportsLostOutputExplicitly(t *testing.T) {
 	// A tiny retention buffer and a long disconnection: the output the
 	// client missed is gone, and it must say so rather than skip it.
 	gate := filepath.Join(t.TempDir(), "gate")
-	ex := startExecutor(t, func(c *executor.Config, _ *executor.NativeOptions) {
+	ex := startExecutor(t, func(c *executor.Config, _ *executor.NativeConfig) {
 		lb := engine.NewLocalBackend()
 		lb.Retention = engine.Retention{MaxBytes: 64 << 10, MaxChunks: 4}
 		c.Backend = lb
 	})
 	px := startProxy(t, ex.ln.Addr().String())
-	env := dial(t, px.url(ex), Options{RecoveryTimeout: 20 * time.Second})
+	env := dial(t, px.url(ex), Config{RecoveryTimeout: 20 * time.Second})
 	script := "echo first; while [ ! -e " + gate + " ]; do sleep 0.01; done; seq 1 100000; sleep 60"
 	p, err := env.Start(ctxT(t), protocol.ExecParams{Argv: []string{"/bin/sh", "-c", script}, Env: testEnv})
 	if err != nil {
@@ -300,7 +300,7 @@ func TestResumeReportsLostOutputExplicitly(t *testing.T) {
 
 func TestStalledReaderOnOneProcessDoesNotDelayAnother(t *testing.T) {
 	ex := startExecutor(t, nil)
-	env := dial(t, ex.url, Options{})
+	env := dial(t, ex.url, Config{})
 	ctx := ctxT(t)
 	flood, err := env.Start(ctx, protocol.ExecParams{Argv: []string{"head", "-c", "1000000000", "/dev/zero"}, Env: testEnv})
 	if err != nil {
@@ -326,7 +326,7 @@ func TestThousandConcurrentProcessesOnOneConnection(t *testing.T) {
 		t.Skip("starts 1,000 processes")
 	}
 	ex := startExecutor(t, nil)
-	env := dial(t, ex.url, Options{})
+	env := dial(t, ex.url, Config{})
 	ctx := ctxT(t)
 	const n = 1000
 	var wg sync.WaitGroup
@@ -358,24 +358,24 @@ func TestFirstContactPinsTheExecutorAndAChangedKeyIsRefused(t *testing.T) {
 	ex := startExecutor(t, nil)
 	known := filepath.Join(t.TempDir(), "known_executors")
 	addr := ex.ln.URL() // no fingerprint: trust on first use
-	env := dial(t, addr, Options{KnownExecutors: known})
+	env := dial(t, addr, Config{KnownExecutors: known})
 	env.Close()
 	data, _ := os.ReadFile(known)
 	if !strings.Contains(string(data), addr+" "+ex.key.PublicKey().Fingerprint()) {
 		t.Fatalf("known_executors after first contact: %q", data)
 	}
-	dial(t, addr, Options{KnownExecutors: known}).Close() // IK with the pin
+	dial(t, addr, Config{KnownExecutors: known}).Close() // IK with the pin
 
 	// Another executor now answers at the same address.
 	ex.ln.Close()
 	other := newKey(t)
 	srv, _ := executor.NewServer(executor.DefaultConfig())
-	ln, err := srv.ListenNative(addr, executor.NativeOptions{Key: other.Keypair()})
+	ln, err := srv.ListenNative(addr, executor.NativeConfig{Key: other.Keypair()})
 	if err != nil {
 		t.Skipf("could not rebind %s: %v", addr, err)
 	}
 	defer ln.Close()
-	_, err = Dial(ctxT(t), addr, Options{Key: newKey(t), KnownExecutors: known})
+	_, err = Dial(ctxT(t), addr, Config{Key: newKey(t), KnownExecutors: known})
 	var mismatch *identity.KeyMismatchError
 	if !errors.As(err, &mismatch) {
 		t.Fatalf("err = %v, want a key mismatch", err)
@@ -390,7 +390,7 @@ func TestFirstContactPinsTheExecutorAndAChangedKeyIsRefused(t *testing.T) {
 func TestWrongPinIsRefusedWithBothFingerprints(t *testing.T) {
 	ex := startExecutor(t, nil)
 	wrong := newKey(t).PublicKey().Fingerprint()
-	_, err := Dial(ctxT(t), ex.ln.URL()+"#"+wrong, Options{Key: newKey(t)})
+	_, err := Dial(ctxT(t), ex.ln.URL()+"#"+wrong, Config{Key: newKey(t)})
 	if err == nil || !strings.Contains(err.Error(), wrong) || !strings.Contains(err.Error(), ex.key.PublicKey().Fingerprint()) {
 		t.Fatalf("err = %v", err)
 	}
@@ -398,14 +398,14 @@ func TestWrongPinIsRefusedWithBothFingerprints(t *testing.T) {
 
 func TestNoTOFURefusesAnUnpinnedExecutor(t *testing.T) {
 	ex := startExecutor(t, nil)
-	_, err := Dial(ctxT(t), ex.ln.URL(), Options{Key: newKey(t), NoTOFU: true, KnownExecutors: filepath.Join(t.TempDir(), "k")})
+	_, err := Dial(ctxT(t), ex.ln.URL(), Config{Key: newKey(t), NoTOFU: true, KnownExecutors: filepath.Join(t.TempDir(), "k")})
 	if err == nil || !strings.Contains(err.Error(), "no pinned key") {
 		t.Fatalf("err = %v", err)
 	}
 }
 
 func TestCommandIsShapedLikeExecCmd(t *testing.T) {
-	env := dial(t, startExecutor(t, nil).url, Options{})
+	env := dial(t, startExecutor(t, nil).url, Config{})
 	out, err := Command(env, "tr", "a-z", "A-Z").Output()
 	if err != nil || len(out) != 0 {
 		t.Fatalf("no stdin: %q %v", out, err)
@@ -442,7 +442,7 @@ func TestCommandIsShapedLikeExecCmd(t *testing.T) {
 }
 
 func TestProcessProxyWriteSignalResizeTerminate(t *testing.T) {
-	env := dial(t, startExecutor(t, nil).url, Options{})
+	env := dial(t, startExecutor(t, nil).url, Config{})
 	ctx := ctxT(t)
 	p, err := env.Start(ctx, protocol.ExecParams{Argv: []string{"/bin/sh", "-c", `trap 'echo usr1' USR1; read x; echo got:$x; read y || echo eof; while :; do sleep 0.01; done`}, Env: testEnv, PipeStdin: true})
 	if err != nil {
@@ -495,7 +495,7 @@ func TestLocalAndProvider(t *testing.T) {
 		t.Fatalf("none: %v", err)
 	}
 	ex := startExecutor(t, nil)
-	p := EnvironmentProvider{URL: ex.url, Options: Options{Key: newKey(t), KnownExecutors: filepath.Join(t.TempDir(), "k")}}
+	p := EnvironmentProvider{URL: ex.url, Config: Config{Key: newKey(t), KnownExecutors: filepath.Join(t.TempDir(), "k")}}
 	remote, err := p.Environment(ctxT(t))
 	if err != nil {
 		t.Fatal(err)
@@ -508,12 +508,12 @@ func TestLocalAndProvider(t *testing.T) {
 
 func TestDialWSAndStdio(t *testing.T) {
 	srv, _ := executor.NewServer(executor.DefaultConfig())
-	l, err := srv.ListenWS("127.0.0.1:0", executor.WSOptions{})
+	l, err := srv.ListenWS("127.0.0.1:0", executor.WSConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer l.Close()
-	env := dial(t, l.URL(), Options{})
+	env := dial(t, l.URL(), Config{})
 	out, err := Command(env, "echo", "ws").Output()
 	if err != nil || string(out) != "ws\n" {
 		t.Fatalf("%q %v", out, err)
@@ -523,7 +523,7 @@ func TestDialWSAndStdio(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	env = dial(t, "stdio://"+bin, Options{})
+	env = dial(t, "stdio://"+bin, Config{})
 	out, err = Command(env, "echo", "stdio").Output()
 	if err != nil || string(out) != "stdio\n" {
 		t.Fatalf("%q %v", out, err)
@@ -532,7 +532,7 @@ func TestDialWSAndStdio(t *testing.T) {
 
 func TestDialRejectsUnknownSchemes(t *testing.T) {
 	for _, u := range []string{"http://x", "tcp://nohostport", "unix://relative", "tcp://h:1#short"} {
-		if _, err := Dial(ctxT(t), u, Options{Key: newKey(t)}); err == nil {
+		if _, err := Dial(ctxT(t), u, Config{Key: newKey(t)}); err == nil {
 			t.Errorf("%s accepted", u)
 		}
 	}

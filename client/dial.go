@@ -21,31 +21,37 @@ import (
 	"github.com/outpost-exec/outpost/transport"
 )
 
-// Options configure Dial. The zero value is usable.
-type Options struct {
+// Config configures Dial. The zero value is usable: Dial fills every
+// zero field from DefaultConfig.
+type Config struct {
 	// ClientName is sent in initialize (default "outpost").
 	ClientName string
 	// Token is the bearer token for ws:// executors, and the client token
-	// for executors reached through a relay.
+	// for executors reached through a relay (default "": none).
 	Token string
-	// Executor names the executor to reach through an outpost:// relay.
+	// Executor names the executor to reach through an outpost:// relay
+	// (required for relay URLs only).
 	Executor string
 
-	// Key is this client's static key for tcp:// and unix:// executors.
-	// Zero: loaded from (or created in) KeyFile.
+	// Key is this client's static key for tcp:// and unix:// executors and
+	// relays. Zero: loaded from (or created in) KeyFile.
 	Key identity.Key
-	// KeyFile defaults to <config dir>/client.key.
+	// KeyFile is where Key is kept when it is zero (default
+	// <config dir>/client.key).
 	KeyFile string
 	// KnownExecutors is the trust-on-first-use pin file (default
 	// <config dir>/known_executors). Pin, or a #fingerprint in the URL,
 	// overrides it.
 	KnownExecutors string
-	Pin            string
+	// Pin is the executor's key fingerprint, pinned out of band (default
+	// "": none).
+	Pin string
 	// NoTOFU refuses executors whose key is not pinned, instead of pinning
 	// the key presented on first contact.
 	NoTOFU bool
 
-	// Mux configures yamux on the native transport.
+	// Mux configures yamux on the native transport (default
+	// transport.DefaultMuxConfig()).
 	Mux transport.MuxConfig
 	// RecoveryTimeout bounds how long a dropped connection is retried
 	// (default 25 s, inside the executor's detached TTL).
@@ -63,25 +69,79 @@ type Options struct {
 	TracerProvider trace.TracerProvider
 }
 
-func (o Options) offlineGrace() time.Duration {
-	if o.OfflineGrace > 0 {
-		return o.OfflineGrace
+// DefaultConfig returns the default configuration. Its KeyFile and
+// KnownExecutors are in identity.DefaultConfigDir() as it is now.
+func DefaultConfig() Config {
+	dir := identity.DefaultConfigDir()
+	return Config{
+		ClientName:      "outpost",
+		KeyFile:         filepath.Join(dir, "client.key"),
+		KnownExecutors:  filepath.Join(dir, "known_executors"),
+		Mux:             transport.DefaultMuxConfig(),
+		RecoveryTimeout: 25 * time.Second,
+		OfflineGrace:    5 * time.Second,
 	}
-	return 5 * time.Second
 }
 
-func (o Options) clientName() string {
-	if o.ClientName != "" {
-		return o.ClientName
+// withDefaults fills every zero field that has a default from
+// DefaultConfig; the rest is left to Validate.
+func (c Config) withDefaults() Config {
+	d := DefaultConfig()
+	if c.ClientName == "" {
+		c.ClientName = d.ClientName
 	}
-	return "outpost"
+	if c.KeyFile == "" {
+		c.KeyFile = d.KeyFile
+	}
+	if c.KnownExecutors == "" {
+		c.KnownExecutors = d.KnownExecutors
+	}
+	if c.Mux == (transport.MuxConfig{}) {
+		c.Mux = d.Mux
+	}
+	if c.RecoveryTimeout == 0 {
+		c.RecoveryTimeout = d.RecoveryTimeout
+	}
+	if c.OfflineGrace == 0 {
+		c.OfflineGrace = d.OfflineGrace
+	}
+	return c
 }
 
-func (o Options) recoveryTimeout() time.Duration {
-	if o.RecoveryTimeout > 0 {
-		return o.RecoveryTimeout
+// Validate reports the first invalid field. It takes the configuration
+// as it is: a zero field is invalid here, though Dial would fill it.
+func (c Config) Validate() error {
+	switch {
+	case c.ClientName == "":
+		return errors.New("client: ClientName is required")
+	case c.Key == (identity.Key{}) && c.KeyFile == "":
+		return errors.New("client: KeyFile is required when Key is zero")
+	case c.KnownExecutors == "":
+		return errors.New("client: KnownExecutors is required")
 	}
-	return 25 * time.Second
+	if _, err := c.pin(); err != nil {
+		return fmt.Errorf("client: Pin: %w", err)
+	}
+	if err := c.Mux.Validate(); err != nil {
+		return fmt.Errorf("client: Mux: %w", err)
+	}
+	switch {
+	case c.RecoveryTimeout <= 0:
+		return errors.New("client: RecoveryTimeout must be positive")
+	case c.OfflineGrace <= 0:
+		return errors.New("client: OfflineGrace must be positive")
+	}
+	return nil
+}
+
+// ready is cfg with its zero fields filled, validated: what Dial and
+// ListExecutors work with.
+func (c Config) ready() (Config, error) {
+	c = c.withDefaults()
+	if err := c.Validate(); err != nil {
+		return Config{}, err
+	}
+	return c, nil
 }
 
 // Dial connects to an executor (the URL is parsed by transport.ParseURL):
@@ -90,20 +150,25 @@ func (o Options) recoveryTimeout() time.Duration {
 //	unix:///path[#fingerprint]         the same over a Unix socket
 //	ws://IP:PORT                       codex's JSON-RPC lite (plaintext; loopback)
 //	stdio:///path/to/outpost           spawns "outpost executor serve --listen stdio"
-//	outpost://HOST:PORT#fingerprint    through a relay (relay/relayclient), to Options.Executor with Options.Token
+//	outpost://HOST:PORT#fingerprint    through a relay (relay/relayclient), to Config.Executor with Config.Token
 //	outpost+ws://HOST:PORT#fingerprint the same, the relay reached over WebSocket
-func Dial(ctx context.Context, url string, opts Options) (*Remote, error) {
+//
+// cfg is validated, its zero fields filled from DefaultConfig.
+func Dial(ctx context.Context, url string, cfg Config) (*Remote, error) {
 	u, err := transport.ParseURL(url)
 	if err != nil {
+		return nil, err
+	}
+	if cfg, err = cfg.ready(); err != nil {
 		return nil, err
 	}
 	var dial dialFunc
 	switch u.Scheme {
 	case transport.SchemeTCP, transport.SchemeUnix:
-		dial, err = nativeDialer(u, opts)
+		dial, err = nativeDialer(u, cfg)
 	case transport.SchemeWS:
 		dial = func(ctx context.Context, route func(string, transport.Params, bool)) (*conn, error) {
-			rpc, err := DialWS(ctx, url, DialOptions{Token: opts.Token}, func(m string, p transport.Params) { route(m, p, false) })
+			rpc, err := DialWS(ctx, url, DialOptions{Token: cfg.Token}, func(m string, p transport.Params) { route(m, p, false) })
 			if err != nil {
 				return nil, err
 			}
@@ -112,40 +177,40 @@ func Dial(ctx context.Context, url string, opts Options) (*Remote, error) {
 	case transport.SchemeStdio:
 		dial = stdioDialer(u.Addr)
 	default: // a relay
-		dial, err = relayDialer(u, opts)
+		dial, err = relayDialer(u, cfg)
 	}
 	if err != nil {
 		return nil, err
 	}
-	return newRemote(ctx, url, dial, opts)
+	return newRemote(ctx, url, dial, cfg)
 }
 
 // nativeDialer prepares the Noise identity and pins for tcp:// and unix://.
-func nativeDialer(u transport.URL, opts Options) (dialFunc, error) {
-	pinned, err := opts.pin()
+func nativeDialer(u transport.URL, cfg Config) (dialFunc, error) {
+	pinned, err := cfg.pin()
 	if err != nil {
 		return nil, err
 	}
 	if pinned == nil && u.HasKey() {
 		pinned = &u.Key
 	}
-	key, err := opts.clientKey()
+	key, err := cfg.clientKey()
 	if err != nil {
 		return nil, err
 	}
 	var known *identity.KnownExecutors
 	if pinned == nil {
-		if known, err = opts.knownExecutors(); err != nil {
+		if known, err = cfg.knownExecutors(); err != nil {
 			return nil, err
 		}
 	}
-	muxCfg := opts.muxConfig()
+	muxCfg := cfg.Mux
 	return func(ctx context.Context, route func(string, transport.Params, bool)) (*conn, error) {
 		raw, err := u.Dial(ctx)
 		if err != nil {
 			return nil, err
 		}
-		nc, err := handshake(ctx, raw, key, u, pinned, known, opts.NoTOFU)
+		nc, err := handshake(ctx, raw, key, u, pinned, known, cfg.NoTOFU)
 		if err != nil {
 			raw.Close()
 			return nil, err
@@ -154,46 +219,33 @@ func nativeDialer(u transport.URL, opts Options) (dialFunc, error) {
 	}, nil
 }
 
-// pin is Options.Pin's key, nil when it is empty.
-func (o Options) pin() (*identity.PublicKey, error) {
-	if o.Pin == "" {
+// pin is Config.Pin's key, nil when it is empty.
+func (c Config) pin() (*identity.PublicKey, error) {
+	if c.Pin == "" {
 		return nil, nil
 	}
-	k, err := identity.ParsePublicKey(o.Pin)
+	k, err := identity.ParsePublicKey(c.Pin)
 	if err != nil {
-		return nil, fmt.Errorf("executor pin: %w", err)
+		return nil, err
 	}
 	return &k, nil
 }
 
-func (o Options) muxConfig() transport.MuxConfig {
-	if o.Mux == (transport.MuxConfig{}) {
-		return transport.DefaultMuxConfig()
+// clientKey is Key, or the key in KeyFile (created if there is none).
+func (c Config) clientKey() (identity.Key, error) {
+	if c.Key != (identity.Key{}) {
+		return c.Key, nil
 	}
-	return o.Mux
-}
-
-func (o Options) clientKey() (identity.Key, error) {
-	if o.Key != (identity.Key{}) {
-		return o.Key, nil
-	}
-	path := o.KeyFile
-	if path == "" {
-		path = filepath.Join(identity.DefaultConfigDir(), "client.key")
-	}
-	key, _, err := identity.LoadOrCreate(path)
+	key, _, err := identity.LoadOrCreate(c.KeyFile)
 	if err != nil {
 		return identity.Key{}, fmt.Errorf("client key: %w", err)
 	}
 	return key, nil
 }
 
-func (o Options) knownExecutors() (*identity.KnownExecutors, error) {
-	path := o.KnownExecutors
-	if path == "" {
-		path = filepath.Join(identity.DefaultConfigDir(), "known_executors")
-	}
-	return identity.OpenKnownExecutors(path)
+// knownExecutors opens the KnownExecutors pin file.
+func (c Config) knownExecutors() (*identity.KnownExecutors, error) {
+	return identity.OpenKnownExecutors(c.KnownExecutors)
 }
 
 // relayDialer reaches an executor through a relay: a relayclient
@@ -202,31 +254,31 @@ func (o Options) knownExecutors() (*identity.KnownExecutors, error) {
 // with the executor and yamux. The executor's key is pinned like a direct
 // one; on first contact it comes from the relay's directory and is
 // recorded.
-func relayDialer(u transport.URL, opts Options) (dialFunc, error) {
-	if opts.Executor == "" {
-		return nil, errors.New("a relay URL needs the executor's id (Options.Executor)")
+func relayDialer(u transport.URL, cfg Config) (dialFunc, error) {
+	if cfg.Executor == "" {
+		return nil, errors.New("a relay URL needs the executor's id (Config.Executor)")
 	}
-	key, err := opts.clientKey()
+	key, err := cfg.clientKey()
 	if err != nil {
 		return nil, err
 	}
-	pinned, err := opts.pin()
+	pinned, err := cfg.pin()
 	if err != nil {
 		return nil, err
 	}
-	known, err := opts.knownExecutors()
+	known, err := cfg.knownExecutors()
 	if err != nil {
 		return nil, err
 	}
-	pinAddr := u.Base() + "/" + opts.Executor
-	muxCfg := opts.muxConfig()
+	pinAddr := u.Base() + "/" + cfg.Executor
+	muxCfg := cfg.Mux
 	return func(ctx context.Context, route func(string, transport.Params, bool)) (*conn, error) {
 		rc, err := relayclient.Dial(ctx, u.String(), key.Keypair(), relayclient.Options{Mux: muxCfg})
 		if err != nil {
 			return nil, err
 		}
 		fail := func(err error) (*conn, error) { rc.Close(); return nil, err }
-		st, directory, err := rc.Connect(ctx, opts.Executor, opts.Token)
+		st, directory, err := rc.Connect(ctx, cfg.Executor, cfg.Token)
 		if err != nil {
 			return fail(err)
 		}
@@ -237,7 +289,7 @@ func relayDialer(u transport.URL, opts Options) (dialFunc, error) {
 			}
 		}
 		if exKey == nil {
-			if opts.NoTOFU {
+			if cfg.NoTOFU {
 				return fail(fmt.Errorf("executor %s has no pinned key and trust on first use is off", pinAddr))
 			}
 			if err := known.Pin(pinAddr, directory); err != nil {
@@ -427,19 +479,24 @@ func stdioDialer(path string) dialFunc {
 
 var _ io.Closer = (*Remote)(nil)
 
-// ListExecutors asks a relay for the executors opts.Token may reach.
-func ListExecutors(ctx context.Context, url string, opts Options) ([]protocol.RelayExecutor, error) {
+// ListExecutors asks a relay for the executors cfg.Token may reach; cfg
+// is validated, its zero fields filled from DefaultConfig.
+func ListExecutors(ctx context.Context, url string, cfg Config) ([]protocol.RelayExecutor, error) {
 	if _, err := transport.ParseURL(url, transport.SchemeRelay, transport.SchemeRelayWS); err != nil {
 		return nil, err
 	}
-	key, err := opts.clientKey()
+	cfg, err := cfg.ready()
 	if err != nil {
 		return nil, err
 	}
-	rc, err := relayclient.Dial(ctx, url, key.Keypair(), relayclient.Options{Mux: opts.Mux})
+	key, err := cfg.clientKey()
+	if err != nil {
+		return nil, err
+	}
+	rc, err := relayclient.Dial(ctx, url, key.Keypair(), relayclient.Options{Mux: cfg.Mux})
 	if err != nil {
 		return nil, err
 	}
 	defer rc.Close()
-	return rc.Executors(ctx, opts.Token)
+	return rc.Executors(ctx, cfg.Token)
 }

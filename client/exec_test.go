@@ -130,7 +130,7 @@ func TestExecSpawnAndTransportFailures(t *testing.T) {
 		t.Fatalf("spawn: %v", err)
 	}
 	ex := startExecutor(t, nil)
-	remote := dial(t, ex.url, Options{NoResume: true})
+	remote := dial(t, ex.url, Config{NoResume: true})
 	go func() {
 		time.Sleep(200 * time.Millisecond)
 		remote.dropConnection()

@@ -14,12 +14,12 @@ import (
 // and the connection stays up (it used to be dropped, and retried).
 func TestFilesReadTooLargeForOneJSONMessageFailsClearly(t *testing.T) {
 	srv, _ := executor.NewServer(executor.DefaultConfig())
-	l, err := srv.ListenWS("127.0.0.1:0", executor.WSOptions{})
+	l, err := srv.ListenWS("127.0.0.1:0", executor.WSConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer l.Close()
-	env := dial(t, l.URL(), Options{})
+	env := dial(t, l.URL(), Config{})
 	p := filepath.Join(t.TempDir(), "big")
 	os.WriteFile(p, make([]byte, 60<<20), 0o644)
 	_, err = env.ReadFile(ctxT(t), p)

@@ -348,12 +348,12 @@ func TestFilesWorkspaceWriteModeKeepsGitReadOnly(t *testing.T) {
 // Files calls work, streamed blocks included.
 func TestFilesOverWebSocketJSON(t *testing.T) {
 	srv, _ := executor.NewServer(executor.DefaultConfig())
-	l, err := srv.ListenWS("127.0.0.1:0", executor.WSOptions{})
+	l, err := srv.ListenWS("127.0.0.1:0", executor.WSConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer l.Close()
-	env := dial(t, l.URL(), Options{})
+	env := dial(t, l.URL(), Config{})
 	ctx := ctxT(t)
 	dir := t.TempDir()
 	data := randomData(t, 3<<20+11)

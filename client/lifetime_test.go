@@ -159,7 +159,7 @@ func waitReaped(t *testing.T, pid int) {
 func TestSignalDeathWhileDetachedIsReportedAfterResume(t *testing.T) {
 	ex := startExecutor(t, nil)
 	px := startGateProxy(t, ex.ln.Addr().String())
-	env := dial(t, px.url(ex), Options{RecoveryTimeout: 20 * time.Second})
+	env := dial(t, px.url(ex), Config{RecoveryTimeout: 20 * time.Second})
 	check := func(t *testing.T, run func(pidFile string) (exit Event, execErr error)) {
 		pidFile := filepath.Join(t.TempDir(), "pid")
 		type outcome struct {
@@ -261,7 +261,7 @@ func TestCloseDuringRecoveryLeavesNoConnectionBehind(t *testing.T) {
 	ex := startExecutor(t, nil)
 	px := startGateProxy(t, ex.ln.Addr().String())
 	before := clientGoroutines()
-	env := dial(t, px.url(ex), Options{RecoveryTimeout: 20 * time.Second})
+	env := dial(t, px.url(ex), Config{RecoveryTimeout: 20 * time.Second})
 	if _, err := env.Start(ctxT(t), protocol.ExecParams{Argv: []string{"sleep", "60"}, Env: testEnv}); err != nil {
 		t.Fatal(err)
 	}
@@ -294,7 +294,7 @@ func TestCloseDuringRecoveryLeavesNoConnectionBehind(t *testing.T) {
 
 	// The session is free: another client resumes it (the executor refuses
 	// a session still attached to a connection).
-	other := dial(t, ex.url, Options{})
+	other := dial(t, ex.url, Config{})
 	var err error
 	for time.Now().Before(deadline.Add(2 * time.Second)) {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

@@ -43,7 +43,7 @@ func LocalWith(ctx context.Context, cfg executor.Config) (*LocalEnvironment, err
 		}()
 		return muxConn(a, transport.DefaultMuxConfig(), route)
 	}
-	r, err := newRemote(ctx, "local", dial, Options{NoResume: true, ClientName: "outpost-local"})
+	r, err := newRemote(ctx, "local", dial, Config{NoResume: true, ClientName: "outpost-local"}.withDefaults())
 	if err != nil {
 		stop()
 		return nil, err
@@ -76,8 +76,9 @@ var ErrDisabled = errors.New("exec environment is disabled (OUTPOST_EXEC_SERVER_
 // codex does with CODEX_EXEC_SERVER_URL: no URL → this machine (Local); a
 // URL → that executor (Dial); "none" → ErrDisabled.
 type EnvironmentProvider struct {
-	URL     string
-	Options Options
+	URL string
+	// Config configures Dial (see Config for its defaults).
+	Config Config
 }
 
 // ProviderFromEnv reads OUTPOST_EXEC_SERVER_URL, falling back to
@@ -98,7 +99,7 @@ func (p EnvironmentProvider) Environment(ctx context.Context) (Environment, erro
 	case "none":
 		return nil, ErrDisabled
 	}
-	r, err := Dial(ctx, p.URL, p.Options)
+	r, err := Dial(ctx, p.URL, p.Config)
 	if err != nil {
 		return nil, fmt.Errorf("exec environment %s: %w", p.URL, err)
 	}

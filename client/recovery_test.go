@@ -67,7 +67,7 @@ func TestRecoveryDecidesByKind(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			env := dial(t, ex.url, Options{RecoveryTimeout: 20 * time.Second})
+			env := dial(t, ex.url, Config{RecoveryTimeout: 20 * time.Second})
 			d := &refusingDial{answers: c.answers, next: env.dial}
 			env.dial = d.dial
 			p, err := env.Start(ctxT(t), protocol.ExecParams{Argv: []string{"sleep", "60"}, Env: testEnv})

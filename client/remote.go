@@ -68,7 +68,7 @@ type dialFunc func(ctx context.Context, route func(method string, params transpo
 type Remote struct {
 	url  string
 	dial dialFunc
-	opts Options
+	cfg  Config // its zero fields filled
 
 	// life ends with Close: recovery, catch-up reads and their dials run
 	// under it, so Close stops them.
@@ -87,8 +87,10 @@ type Remote struct {
 	recovered atomic.Int64
 }
 
-func newRemote(ctx context.Context, url string, dial dialFunc, opts Options) (*Remote, error) {
-	r := &Remote{url: url, dial: dial, opts: opts, procs: map[string]*Process{}, ready: make(chan struct{}), readyOpen: true}
+// newRemote dials the first connection; cfg comes with its zero fields
+// filled.
+func newRemote(ctx context.Context, url string, dial dialFunc, cfg Config) (*Remote, error) {
+	r := &Remote{url: url, dial: dial, cfg: cfg, procs: map[string]*Process{}, ready: make(chan struct{}), readyOpen: true}
 	r.life, r.endLife = context.WithCancel(context.Background())
 	c, sid, err := r.connect(ctx, "")
 	if err != nil {
@@ -102,7 +104,7 @@ func newRemote(ctx context.Context, url string, dial dialFunc, opts Options) (*R
 
 // connect dials and initializes, resuming sid when non-empty.
 func (r *Remote) connect(ctx context.Context, sid string) (_ *conn, _ string, err error) {
-	if tr := tracing.Tracer(r.opts.TracerProvider); tr != nil {
+	if tr := tracing.Tracer(r.cfg.TracerProvider); tr != nil {
 		var span trace.Span
 		ctx, span = tr.Start(ctx, "outpost.connect", trace.WithSpanKind(trace.SpanKindClient),
 			trace.WithAttributes(attribute.String("outpost.transport", urlScheme(r.url)), attribute.Bool("outpost.resume", sid != "")))
@@ -112,7 +114,7 @@ func (r *Remote) connect(ctx context.Context, sid string) (_ *conn, _ string, er
 	if err != nil {
 		return nil, "", err
 	}
-	params := protocol.InitializeParams{ClientName: r.opts.clientName(), ProtocolVersion: protocol.Version}
+	params := protocol.InitializeParams{ClientName: r.cfg.ClientName, ProtocolVersion: protocol.Version}
 	params.TraceParent, params.TraceState = tracing.Inject(ctx)
 	if sid != "" {
 		params.ResumeSessionID = &sid
@@ -164,7 +166,7 @@ func (r *Remote) watch(c *conn) {
 	r.cur = nil
 	r.ready, r.readyOpen = make(chan struct{}), true
 	r.mu.Unlock()
-	if r.opts.NoResume {
+	if r.cfg.NoResume {
 		r.failAll(fmt.Errorf("%w: %v", errTransport, c.rpc.Err()))
 		return
 	}
@@ -184,7 +186,7 @@ func (r *Remote) watch(c *conn) {
 // is judged by its codes, as before kinds: -32600 is an unknown session
 // and -32004 an offline executor.
 func (r *Remote) recover(cause error) {
-	ctx, cancel := context.WithTimeout(r.life, r.opts.recoveryTimeout())
+	ctx, cancel := context.WithTimeout(r.life, r.cfg.RecoveryTimeout)
 	defer cancel()
 	bo := backoff.Backoff{Initial: 100 * time.Millisecond, Max: 5 * time.Second}
 	var offlineSince time.Time
@@ -223,7 +225,7 @@ func (r *Remote) recover(cause error) {
 			// is the session it held: say so promptly.
 			if offlineSince.IsZero() {
 				offlineSince = time.Now()
-			} else if time.Since(offlineSince) > r.opts.offlineGrace() {
+			} else if time.Since(offlineSince) > r.cfg.OfflineGrace {
 				r.failAll(fmt.Errorf("%w (%v): %s", errTransport, cause, pe.Message))
 				return
 			}
@@ -384,7 +386,7 @@ func (r *Remote) call(ctx context.Context, retryable bool, method string, params
 		if err == nil || !errors.Is(err, ErrClosed) {
 			return err
 		}
-		if !retryable || r.opts.NoResume {
+		if !retryable || r.cfg.NoResume {
 			return fmt.Errorf("%s: %w: %v", method, errTransport, err)
 		}
 	}

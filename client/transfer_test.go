@@ -210,7 +210,7 @@ func TestTransferUploadAndDownloadTreesAndFilesWithModesAndProgress(t *testing.T
 func TestTransferBetweenExecutorsAndWithinOne(t *testing.T) {
 	a := localFiles(t, nil)
 	ex := startExecutor(t, nil)
-	b := dial(t, ex.url, Options{}) // a second executor, over TCP
+	b := dial(t, ex.url, Config{}) // a second executor, over TCP
 	ctx := ctxT(t)
 	dir := t.TempDir()
 	src := filepath.Join(dir, "src")
@@ -385,7 +385,7 @@ func wsExecutor(t *testing.T) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	l, err := srv.ListenWS("127.0.0.1:0", executor.WSOptions{})
+	l, err := srv.ListenWS("127.0.0.1:0", executor.WSConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -404,7 +404,7 @@ func TestTransferDetectsCorruptionInFlight(t *testing.T) {
 	// A download: the bytes received differ from what the executor read
 	// and hashed, so the file is never renamed over the old one.
 	c := startCorruptor(t, ws, false)
-	f := dial(t, c.url(), Options{}).Files(nil)
+	f := dial(t, c.url(), Config{}).Files(nil)
 	local := filepath.Join(dir, "local")
 	os.WriteFile(local, []byte("old"), 0o644)
 	_, err := Download(ctx, f, remote, local, TransferOptions{})
@@ -424,7 +424,7 @@ func TestTransferDetectsCorruptionInFlight(t *testing.T) {
 	// An upload: the executor's digest of what landed differs from what
 	// was sent; the corrupt file is removed.
 	c = startCorruptor(t, ws, true)
-	f = dial(t, c.url(), Options{}).Files(nil)
+	f = dial(t, c.url(), Config{}).Files(nil)
 	up := filepath.Join(dir, "uploaded")
 	_, err = Upload(ctx, f, remote, up, TransferOptions{})
 	if !c.hit.Load() || !errors.Is(err, ErrChecksum) || !strings.Contains(err.Error(), up) {
@@ -437,7 +437,7 @@ func TestTransferDetectsCorruptionInFlight(t *testing.T) {
 	// Between executors: the destination's digest differs from what
 	// passed (the source's matches); the corrupt copy is removed.
 	c = startCorruptor(t, ws, true)
-	to := dial(t, c.url(), Options{}).Files(nil)
+	to := dial(t, c.url(), Config{}).Files(nil)
 	from := localFiles(t, nil).Files(nil)
 	between := filepath.Join(dir, "between")
 	_, err = CopyBetween(ctx, from, remote, to, between, TransferOptions{})
@@ -449,7 +449,7 @@ func TestTransferDetectsCorruptionInFlight(t *testing.T) {
 	}
 
 	// Without corruption the same paths go through.
-	f = dial(t, ws, Options{}).Files(nil)
+	f = dial(t, ws, Config{}).Files(nil)
 	if _, err := Download(ctx, f, remote, local, TransferOptions{}); err != nil {
 		t.Fatal(err)
 	}

@@ -16,30 +16,106 @@ import (
 	"github.com/outpost-exec/outpost/transport"
 )
 
-// JoinOptions configure Join.
-type JoinOptions struct {
-	RelayURL string // outpost://HOST:PORT#<relay fingerprint>
-	Key      noise.DHKey
-	ID       string
+// JoinConfig configures Join. Start from DefaultJoinConfig and set
+// RelayURL, Key and ID; Join fills any other field left zero from
+// DefaultJoinConfig.
+type JoinConfig struct {
+	// RelayURL is the relay, outpost://HOST:PORT#<relay fingerprint> or
+	// outpost+ws://HOST:PORT#<relay fingerprint> (required).
+	RelayURL string
+	// Key is the executor's static key (required).
+	Key noise.DHKey
+	// ID is the executor's id at the relay (required).
+	ID string
 	// Token is needed the first time this executor joins the relay.
 	Token   string
 	Labels  map[string]string
 	Version string
 	// Authorize applies the executor's own client allow-list to every
-	// client the relay brings, so a compromised relay cannot run commands.
+	// client the relay brings, so a compromised relay cannot run commands
+	// (default nil: any client the relay brings).
 	Authorize func(clientKey []byte) error
-	Mux       transport.MuxConfig
+	// Mux configures yamux with the relay and inside every relayed client
+	// stream (default transport.DefaultMuxConfig()).
+	Mux transport.MuxConfig
 	// Joined, if set, is called after each successful join.
 	Joined func()
 
-	// Handshake limits of relayed clients, as in NativeOptions (and with
-	// its defaults): every stream the relay splices to the executor is
-	// admitted and served like a native connection, each relay session
-	// counting as one address (see responder).
+	// Handshake limits of relayed clients, as in NativeConfig and with its
+	// defaults (256, 16, 10 s and 3 s): every stream the relay splices to
+	// the executor is admitted and served like a native connection, each
+	// relay session counting as one address (see responder) of at most
+	// DefaultMaxNativeConnections connections, so MaxHandshakes must stay
+	// below that.
 	MaxHandshakes           int
 	MaxHandshakesPerAddress int
 	HandshakeTimeout        time.Duration
 	FirstByteTimeout        time.Duration
+}
+
+// DefaultJoinConfig returns the default configuration of Join, without
+// the RelayURL, Key and ID it needs.
+func DefaultJoinConfig() JoinConfig {
+	d := DefaultNativeConfig()
+	return JoinConfig{
+		Mux:                     d.Mux,
+		MaxHandshakes:           d.MaxHandshakes,
+		MaxHandshakesPerAddress: d.MaxHandshakesPerAddress,
+		HandshakeTimeout:        d.HandshakeTimeout,
+		FirstByteTimeout:        d.FirstByteTimeout,
+	}
+}
+
+// withDefaults fills every zero field that has a default from
+// DefaultJoinConfig; the rest is left to Validate.
+func (c JoinConfig) withDefaults() JoinConfig {
+	d := DefaultJoinConfig()
+	if c.Mux == (transport.MuxConfig{}) {
+		c.Mux = d.Mux
+	}
+	orDefault(&c.MaxHandshakes, d.MaxHandshakes)
+	orDefault(&c.MaxHandshakesPerAddress, d.MaxHandshakesPerAddress)
+	orDefault(&c.HandshakeTimeout, d.HandshakeTimeout)
+	orDefault(&c.FirstByteTimeout, d.FirstByteTimeout)
+	return c
+}
+
+// Validate reports the first invalid field. It takes the configuration
+// as it is: a zero field is invalid here, though Join would fill it.
+func (c JoinConfig) Validate() error {
+	if _, err := transport.ParseURL(c.RelayURL, transport.SchemeRelay, transport.SchemeRelayWS); err != nil {
+		return fmt.Errorf("executor: JoinConfig.RelayURL: %w", err)
+	}
+	switch {
+	case !validKey(c.Key):
+		return errors.New("executor: JoinConfig.Key is required (an X25519 key pair)")
+	case c.ID == "":
+		return errors.New("executor: JoinConfig.ID is required")
+	}
+	if err := c.Mux.Validate(); err != nil {
+		return fmt.Errorf("executor: JoinConfig.Mux: %w", err)
+	}
+	switch {
+	case c.MaxHandshakes < 1:
+		return errors.New("executor: JoinConfig.MaxHandshakes must be at least 1")
+	case c.MaxHandshakes >= DefaultMaxNativeConnections:
+		return fmt.Errorf("executor: JoinConfig.MaxHandshakes (%d) must be below %d, the connections of a relay session", c.MaxHandshakes, DefaultMaxNativeConnections)
+	case c.MaxHandshakesPerAddress < 1:
+		return errors.New("executor: JoinConfig.MaxHandshakesPerAddress must be at least 1")
+	case c.HandshakeTimeout <= 0:
+		return errors.New("executor: JoinConfig.HandshakeTimeout must be positive")
+	case c.FirstByteTimeout <= 0:
+		return errors.New("executor: JoinConfig.FirstByteTimeout must be positive")
+	}
+	return nil
+}
+
+// native is the configuration of the responder that serves the relayed
+// clients (the native listener's defaults for the rest).
+func (c JoinConfig) native() NativeConfig {
+	return NativeConfig{Key: c.Key, Authorize: c.Authorize, Mux: c.Mux,
+		MaxHandshakes: c.MaxHandshakes, MaxHandshakesPerAddress: c.MaxHandshakesPerAddress,
+		HandshakeTimeout: c.HandshakeTimeout, FirstByteTimeout: c.FirstByteTimeout}
 }
 
 // ErrJoinRefused wraps a relay's refusal (bad token, another key owns the
@@ -77,20 +153,21 @@ var errRelayDraining = errors.New("the relay is draining")
 // arrive in the same instant) and keeps serving the client streams already
 // open on the old one until the relay closes it. At most one such old
 // session is kept: a second notice closes the first.
-func (s *Server) Join(ctx context.Context, opts JoinOptions) error {
-	u, err := transport.ParseURL(opts.RelayURL, transport.SchemeRelay, transport.SchemeRelayWS)
+//
+// cfg is validated first, its zero fields filled from DefaultJoinConfig.
+func (s *Server) Join(ctx context.Context, cfg JoinConfig) error {
+	cfg = cfg.withDefaults()
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	u, err := transport.ParseURL(cfg.RelayURL, transport.SchemeRelay, transport.SchemeRelayWS)
 	if err != nil {
 		return err
 	}
 	addr := u.Addr
-	if opts.Mux == (transport.MuxConfig{}) {
-		opts.Mux = transport.DefaultMuxConfig()
-	}
 	// One responder for every session: relayed clients take the native
 	// path, each session one address that is never refused.
-	resp, err := s.newResponder(NativeOptions{Key: opts.Key, Authorize: opts.Authorize, Mux: opts.Mux,
-		MaxHandshakes: opts.MaxHandshakes, MaxHandshakesPerAddress: opts.MaxHandshakesPerAddress,
-		HandshakeTimeout: opts.HandshakeTimeout, FirstByteTimeout: opts.FirstByteTimeout}, false)
+	resp, err := s.newResponder(cfg.native(), false)
 	if err != nil {
 		return err
 	}
@@ -102,11 +179,11 @@ func (s *Server) Join(ctx context.Context, opts JoinOptions) error {
 		}
 	}()
 	for session := 1; ; session++ {
-		joinedAt, old, err := s.joinOnce(ctx, resp, fmt.Sprintf("relay %s session %d", addr, session), opts)
+		joinedAt, old, err := s.joinOnce(ctx, resp, fmt.Sprintf("relay %s session %d", addr, session), cfg)
 		if errors.Is(err, ErrJoinRefused) {
 			if errors.Is(err, ErrKeyRevoked) {
 				s.log.Error("the relay has revoked this executor's key: it can never join again; remove executor.key (a new key is made) and join with a new join token",
-					zap.String("executor", opts.ID), zap.String("relay", addr), zap.Error(err))
+					zap.String("executor", cfg.ID), zap.String("relay", addr), zap.Error(err))
 			}
 			return err
 		}
@@ -132,8 +209,8 @@ func (s *Server) Join(ctx context.Context, opts JoinOptions) error {
 		}
 		switch {
 		case errors.Is(err, ErrAlreadyJoined):
-			s.log.Warn(fmt.Sprintf("executor id %s is already joined from another connection with this key — if this is not you, your executor.key is stolen: run `outpost executors revoke %s` on the relay", opts.ID, opts.ID),
-				zap.String("executor", opts.ID), zap.String("relay", addr), zap.Duration("backoff", bo.Ceiling()))
+			s.log.Warn(fmt.Sprintf("executor id %s is already joined from another connection with this key — if this is not you, your executor.key is stolen: run `outpost executors revoke %s` on the relay", cfg.ID, cfg.ID),
+				zap.String("executor", cfg.ID), zap.String("relay", addr), zap.Duration("backoff", bo.Ceiling()))
 		case protocol.KindOf(err) != "":
 			s.log.Warn("the relay cannot take this executor now; retrying", zap.String("relay", addr), zap.Error(err), zap.Duration("backoff", bo.Ceiling()))
 		default:
@@ -150,8 +227,8 @@ func (s *Server) Join(ctx context.Context, opts JoinOptions) error {
 // against in resp's gate. When the relay asks for a reconnect it returns
 // at once with the still-serving session (old), whose clients keep
 // running until the relay or the caller closes it.
-func (s *Server) joinOnce(ctx context.Context, resp *responder, bucket string, opts JoinOptions) (joinedAt time.Time, old *relayclient.Conn, err error) {
-	rc, err := relayclient.Dial(ctx, opts.RelayURL, opts.Key, relayclient.Options{Mux: opts.Mux})
+func (s *Server) joinOnce(ctx context.Context, resp *responder, bucket string, cfg JoinConfig) (joinedAt time.Time, old *relayclient.Conn, err error) {
+	rc, err := relayclient.Dial(ctx, cfg.RelayURL, cfg.Key, relayclient.Options{Mux: cfg.Mux})
 	if err != nil {
 		return time.Time{}, nil, err
 	}
@@ -163,7 +240,7 @@ func (s *Server) joinOnce(ctx context.Context, resp *responder, bucket string, o
 			rc.Close()
 		}
 	}()
-	err = rc.Join(ctx, protocol.RelayJoinParams{ExecutorID: opts.ID, Token: opts.Token, Labels: opts.Labels, Version: opts.Version})
+	err = rc.Join(ctx, protocol.RelayJoinParams{ExecutorID: cfg.ID, Token: cfg.Token, Labels: cfg.Labels, Version: cfg.Version})
 	if refusal := (*protocol.Error)(nil); errors.As(err, &refusal) {
 		return time.Time{}, nil, joinError(refusal)
 	}
@@ -171,9 +248,9 @@ func (s *Server) joinOnce(ctx context.Context, resp *responder, bucket string, o
 		return time.Time{}, nil, err
 	}
 	joinedAt = time.Now()
-	s.log.Info("joined the relay", zap.String("relay", rc.Addr()), zap.String("executor", opts.ID))
-	if opts.Joined != nil {
-		opts.Joined()
+	s.log.Info("joined the relay", zap.String("relay", rc.Addr()), zap.String("executor", cfg.ID))
+	if cfg.Joined != nil {
+		cfg.Joined()
 	}
 	// The join stream stays open; the relay may say relay/reconnect on it.
 	reconnect := make(chan struct{})

@@ -33,7 +33,7 @@ func TestEveryErrorCarriesItsKind(t *testing.T) {
 		c.MaxFileBytes = 4
 		// A machine that can enforce nothing: every sandbox is refused.
 		c.SandboxCaps = func() sandbox.Capabilities { return sandbox.Capabilities{} }
-	}, WSOptions{})
+	}, WSConfig{})
 	dir := t.TempDir()
 	os.WriteFile(filepath.Join(dir, "five"), []byte("12345"), 0o644)
 	os.WriteFile(filepath.Join(dir, "one"), []byte("1"), 0o644)
@@ -91,7 +91,7 @@ func TestEveryErrorCarriesItsKind(t *testing.T) {
 }
 
 func TestInitializeRefusesAnotherProtocolVersionAndAnswersItsOwn(t *testing.T) {
-	ts := newTestServer(t, nil, WSOptions{})
+	ts := newTestServer(t, nil, WSConfig{})
 	r := dialRaw(t, ts.url, nil)
 	r.wantKind("a newer protocol", r.call("initialize", map[string]any{"clientName": "t", "protocolVersion": protocol.Version + 1}),
 		protocol.CodeInvalidRequest, protocol.KindUnsupported)

@@ -16,6 +16,7 @@ import (
 	"github.com/coder/websocket"
 	"go.uber.org/zap"
 
+	"github.com/outpost-exec/outpost/protocol"
 	"github.com/outpost-exec/outpost/transport"
 )
 
@@ -62,29 +63,56 @@ func (e *UnsupportedListenError) Error() string {
 	return fmt.Sprintf("unsupported --listen URL `%s`; expected %s", e.URL, expect)
 }
 
-// WebSocket keepalive: a ping every interval; a peer that does not answer
-// within the same interval is disconnected (its session detaches).
-const wsPingInterval = 30 * time.Second
-
-// WSOptions configures the WebSocket front.
-type WSOptions struct {
+// WSConfig configures the WebSocket front. The zero value is usable:
+// WSHandler and ListenWS fill its zero fields from DefaultWSConfig.
+type WSConfig struct {
 	// Token, when non-empty, is required as "Authorization: Bearer <token>"
-	// on the upgrade; /readyz stays open.
+	// on the upgrade; /readyz stays open (default "": no token).
 	Token string
-	// PingInterval overrides the keepalive interval (tests).
+	// PingInterval is the keepalive interval: a ping every interval, and a
+	// peer that does not answer within the same interval is disconnected,
+	// its session detached (default 30 s).
 	PingInterval time.Duration
 	// MaxMessageBytes caps one inbound message (default
 	// protocol.MaxMessageBytes); larger ones are refused with an error.
 	MaxMessageBytes int64
 }
 
+// DefaultWSConfig returns the default configuration of the WebSocket
+// front.
+func DefaultWSConfig() WSConfig {
+	return WSConfig{PingInterval: 30 * time.Second, MaxMessageBytes: protocol.MaxMessageBytes}
+}
+
+// withDefaults fills every zero field that has a default from
+// DefaultWSConfig.
+func (c WSConfig) withDefaults() WSConfig {
+	d := DefaultWSConfig()
+	orDefault(&c.PingInterval, d.PingInterval)
+	orDefault(&c.MaxMessageBytes, d.MaxMessageBytes)
+	return c
+}
+
+// Validate reports the first invalid field. It takes the configuration
+// as it is: a zero field is invalid here, though WSHandler would fill it.
+func (c WSConfig) Validate() error {
+	switch {
+	case c.PingInterval <= 0:
+		return errors.New("executor: WSConfig.PingInterval must be positive")
+	case c.MaxMessageBytes < 1:
+		return errors.New("executor: WSConfig.MaxMessageBytes must be at least 1")
+	}
+	return nil
+}
+
 // WSHandler serves codex's JSON-RPC lite over WebSocket at "/" and a
 // readiness probe at "/readyz". Requests carrying an Origin header are
-// refused with 403: a browser page must not reach an executor.
-func (s *Server) WSHandler(ctx context.Context, opts WSOptions) http.Handler {
-	ping := opts.PingInterval
-	if ping <= 0 {
-		ping = wsPingInterval
+// refused with 403: a browser page must not reach an executor. cfg is
+// validated, its zero fields filled from DefaultWSConfig.
+func (s *Server) WSHandler(ctx context.Context, cfg WSConfig) (http.Handler, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
@@ -106,9 +134,9 @@ func (s *Server) WSHandler(ctx context.Context, opts WSOptions) http.Handler {
 			http.Error(w, "requests with an Origin header are refused", http.StatusForbidden)
 			return
 		}
-		if opts.Token != "" {
+		if cfg.Token != "" {
 			got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-			if !ok || subtle.ConstantTimeCompare([]byte(got), []byte(opts.Token)) != 1 {
+			if !ok || subtle.ConstantTimeCompare([]byte(got), []byte(cfg.Token)) != 1 {
 				w.Header().Set("WWW-Authenticate", "Bearer")
 				http.Error(w, "missing or wrong bearer token", http.StatusUnauthorized)
 				return
@@ -124,13 +152,13 @@ func (s *Server) WSHandler(ctx context.Context, opts WSOptions) http.Handler {
 		}
 		connCtx, cancel := context.WithCancel(ctx)
 		defer cancel()
-		go keepalive(connCtx, c, ping, cancel)
-		err = s.ServeConn(connCtx, transport.NewJSONConn(transport.NewWSFrames(c, opts.MaxMessageBytes)))
+		go keepalive(connCtx, c, cfg.PingInterval, cancel)
+		err = s.ServeConn(connCtx, transport.NewJSONConn(transport.NewWSFrames(c, cfg.MaxMessageBytes)))
 		if err != nil && !isClosedErr(err) {
 			s.log.Debug("websocket connection ended", zap.Error(err))
 		}
 	})
-	return mux
+	return mux, nil
 }
 
 func keepalive(ctx context.Context, c *websocket.Conn, every time.Duration, dead func()) {
@@ -170,16 +198,23 @@ type WSListener struct {
 	once   sync.Once
 }
 
-// ListenWS binds addr (IP:PORT) and starts serving.
-func (s *Server) ListenWS(addr string, opts WSOptions) (*WSListener, error) {
-	ln, err := net.Listen("tcp", addr)
+// ListenWS binds addr (IP:PORT) and starts serving; cfg is validated,
+// its zero fields filled from DefaultWSConfig.
+func (s *Server) ListenWS(addr string, cfg WSConfig) (*WSListener, error) {
+	ctx, cancel := context.WithCancel(context.Background())
+	h, err := s.WSHandler(ctx, cfg)
 	if err != nil {
+		cancel()
 		return nil, err
 	}
-	ctx, cancel := context.WithCancel(context.Background())
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		cancel()
+		return nil, err
+	}
 	l := &WSListener{srv: s, ln: ln, cancel: cancel, done: make(chan struct{})}
 	l.http = &http.Server{
-		Handler:           s.WSHandler(ctx, opts),
+		Handler:           h,
 		ReadHeaderTimeout: 10 * time.Second,
 		MaxHeaderBytes:    64 << 10,
 		ErrorLog:          zap.NewStdLog(s.log),

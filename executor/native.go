@@ -51,7 +51,7 @@ import (
 // relayed.
 const NativePurpose = transport.PurposeExec
 
-// Defaults of NativeOptions.
+// Defaults of NativeConfig.
 const (
 	DefaultMaxNativeConnections    = 1024
 	DefaultMaxHandshakes           = 256
@@ -61,27 +61,34 @@ const (
 	DefaultFailureWindow           = time.Minute
 )
 
-// NativeOptions configures a native listener.
-type NativeOptions struct {
-	// Key is the executor's static key.
+// NativeConfig configures a native listener. Start from
+// DefaultNativeConfig and set Key; ListenNative fills any other field
+// left zero from DefaultNativeConfig.
+type NativeConfig struct {
+	// Key is the executor's static key (required).
 	Key noise.DHKey
 	// Authorize, when set, decides whether a client key may connect
 	// (the --authorized-clients allow-list); refused clients learn nothing.
+	// Default nil: any client.
 	Authorize func(clientKey []byte) error
-	Mux       transport.MuxConfig
+	// Mux configures yamux on every connection (default
+	// transport.DefaultMuxConfig()).
+	Mux transport.MuxConfig
 	// MaxConnections bounds open connections (default 1024).
 	MaxConnections int
 	// MaxHandshakes bounds connections accepted whose handshake has not
-	// finished (default 256, or half of MaxConnections when that is
-	// smaller; it must stay below MaxConnections, or connections past
-	// their handshake could leave no room to accept the ones that would
-	// evict older ones). MaxHandshakesPerAddress bounds them per source
-	// address (default 16): an IPv4 address, an IPv6 /64, or on unix://
-	// the peer's uid. Neither makes a new connection wait or refuses it:
-	// it takes the slot of the oldest, idle ones first (see handshakeGate).
+	// finished (default 256; left zero, 256 or half of MaxConnections when
+	// that is smaller). It must stay below MaxConnections, or connections
+	// past their handshake could leave no room to accept the ones that
+	// would evict older ones. MaxHandshakesPerAddress bounds them per
+	// source address (default 16, capped by MaxHandshakes): an IPv4
+	// address, an IPv6 /64, or on unix:// the peer's uid. Neither makes a
+	// new connection wait or refuses it: it takes the slot of the oldest,
+	// idle ones first (see handshakeGate).
 	MaxHandshakes           int
 	MaxHandshakesPerAddress int
-	// HandshakeTimeout bounds each handshake, from accept (default 10 s).
+	// HandshakeTimeout bounds each handshake, from accept (default
+	// transport.DefaultHandshakeTimeout, 10 s).
 	HandshakeTimeout time.Duration
 	// FirstByteTimeout bounds how long a connection may stay silent after
 	// accept before the handshake's first byte (default 3 s; capped by
@@ -97,6 +104,91 @@ type NativeOptions struct {
 	// now replaces time.Now for failure windows and handshake ages
 	// (tests); socket deadlines always use the real clock.
 	now func() time.Time
+}
+
+// DefaultNativeConfig returns the default configuration of a native
+// listener, without the Key it needs.
+func DefaultNativeConfig() NativeConfig {
+	return NativeConfig{
+		Mux:                     transport.DefaultMuxConfig(),
+		MaxConnections:          DefaultMaxNativeConnections,
+		MaxHandshakes:           DefaultMaxHandshakes,
+		MaxHandshakesPerAddress: DefaultMaxHandshakesPerAddress,
+		HandshakeTimeout:        transport.DefaultHandshakeTimeout,
+		FirstByteTimeout:        DefaultFirstByteTimeout,
+		MaxFailedHandshakes:     DefaultMaxFailedHandshakes,
+		FailureWindow:           DefaultFailureWindow,
+	}
+}
+
+// withDefaults fills every zero field from DefaultNativeConfig (a zero
+// MaxHandshakes from MaxConnections too), then applies the caps of
+// MaxHandshakesPerAddress and FirstByteTimeout; the rest is left to
+// Validate.
+func (c NativeConfig) withDefaults() NativeConfig {
+	d := DefaultNativeConfig()
+	if c.Mux == (transport.MuxConfig{}) {
+		c.Mux = d.Mux
+	}
+	orDefault(&c.MaxConnections, d.MaxConnections)
+	orDefault(&c.MaxHandshakes, max(1, min(d.MaxHandshakes, c.MaxConnections/2)))
+	orDefault(&c.MaxHandshakesPerAddress, d.MaxHandshakesPerAddress)
+	orDefault(&c.HandshakeTimeout, d.HandshakeTimeout)
+	orDefault(&c.FirstByteTimeout, d.FirstByteTimeout)
+	orDefault(&c.MaxFailedHandshakes, d.MaxFailedHandshakes)
+	orDefault(&c.FailureWindow, d.FailureWindow)
+	if c.MaxHandshakes > 0 {
+		c.MaxHandshakesPerAddress = min(c.MaxHandshakesPerAddress, c.MaxHandshakes)
+	}
+	if c.HandshakeTimeout > 0 {
+		c.FirstByteTimeout = min(c.FirstByteTimeout, c.HandshakeTimeout)
+	}
+	if c.now == nil {
+		c.now = time.Now
+	}
+	return c
+}
+
+// Validate reports the first invalid field. It takes the configuration
+// as it is: a zero field is invalid here, though ListenNative would fill
+// it.
+func (c NativeConfig) Validate() error {
+	if !validKey(c.Key) {
+		return errors.New("executor: NativeConfig.Key is required (an X25519 key pair)")
+	}
+	if err := c.Mux.Validate(); err != nil {
+		return fmt.Errorf("executor: NativeConfig.Mux: %w", err)
+	}
+	switch {
+	case c.MaxConnections < 1:
+		return errors.New("executor: NativeConfig.MaxConnections must be at least 1")
+	case c.MaxHandshakes < 1:
+		return errors.New("executor: NativeConfig.MaxHandshakes must be at least 1")
+	case c.MaxHandshakes >= c.MaxConnections:
+		return fmt.Errorf("executor: NativeConfig.MaxHandshakes (%d) must be below MaxConnections (%d)", c.MaxHandshakes, c.MaxConnections)
+	case c.MaxHandshakesPerAddress < 1:
+		return errors.New("executor: NativeConfig.MaxHandshakesPerAddress must be at least 1")
+	case c.HandshakeTimeout <= 0:
+		return errors.New("executor: NativeConfig.HandshakeTimeout must be positive")
+	case c.FirstByteTimeout <= 0:
+		return errors.New("executor: NativeConfig.FirstByteTimeout must be positive")
+	case c.MaxFailedHandshakes < 1:
+		return errors.New("executor: NativeConfig.MaxFailedHandshakes must be at least 1")
+	case c.FailureWindow <= 0:
+		return errors.New("executor: NativeConfig.FailureWindow must be positive")
+	}
+	return nil
+}
+
+// validKey reports whether k is an X25519 key pair.
+func validKey(k noise.DHKey) bool { return len(k.Private) == 32 && len(k.Public) == 32 }
+
+// orDefault sets *v to d when *v is the zero value.
+func orDefault[T comparable](v *T, d T) {
+	var zero T
+	if *v == zero {
+		*v = d
+	}
 }
 
 // NativeListener serves the native transport on a listener.
@@ -116,54 +208,15 @@ func ParseNativeURL(s string) (network, addr string, err error) {
 	return u.Network(), u.Addr, nil
 }
 
-// withDefaults fills unset options and checks the rest.
-func (o NativeOptions) withDefaults() (NativeOptions, error) {
-	if o.Mux == (transport.MuxConfig{}) {
-		o.Mux = transport.DefaultMuxConfig()
-	}
-	if err := o.Mux.Validate(); err != nil {
-		return o, err
-	}
-	if o.MaxConnections <= 0 {
-		o.MaxConnections = DefaultMaxNativeConnections
-	}
-	switch {
-	case o.MaxHandshakes <= 0:
-		o.MaxHandshakes = max(1, min(DefaultMaxHandshakes, o.MaxConnections/2))
-	case o.MaxHandshakes >= o.MaxConnections:
-		return o, fmt.Errorf("executor: MaxHandshakes (%d) must be below MaxConnections (%d)", o.MaxHandshakes, o.MaxConnections)
-	}
-	if o.MaxHandshakesPerAddress <= 0 {
-		o.MaxHandshakesPerAddress = DefaultMaxHandshakesPerAddress
-	}
-	o.MaxHandshakesPerAddress = min(o.MaxHandshakesPerAddress, o.MaxHandshakes)
-	if o.HandshakeTimeout <= 0 {
-		o.HandshakeTimeout = transport.DefaultHandshakeTimeout
-	}
-	if o.FirstByteTimeout <= 0 {
-		o.FirstByteTimeout = DefaultFirstByteTimeout
-	}
-	o.FirstByteTimeout = min(o.FirstByteTimeout, o.HandshakeTimeout)
-	if o.MaxFailedHandshakes <= 0 {
-		o.MaxFailedHandshakes = DefaultMaxFailedHandshakes
-	}
-	if o.FailureWindow <= 0 {
-		o.FailureWindow = DefaultFailureWindow
-	}
-	if o.now == nil {
-		o.now = time.Now
-	}
-	return o, nil
-}
-
 // ListenNative binds a tcp:// or unix:// URL and serves the native
-// transport on it.
-func (s *Server) ListenNative(url string, opts NativeOptions) (*NativeListener, error) {
+// transport on it; cfg is validated, its zero fields filled from
+// DefaultNativeConfig.
+func (s *Server) ListenNative(url string, cfg NativeConfig) (*NativeListener, error) {
 	network, addr, err := ParseNativeURL(url)
 	if err != nil {
 		return nil, err
 	}
-	r, err := s.newResponder(opts, true)
+	r, err := s.newResponder(cfg, true)
 	if err != nil {
 		return nil, err
 	}
@@ -241,28 +294,28 @@ func (e *unauthorizedError) Unwrap() error { return e.err }
 // relay's own handshake are refused by the relay.
 type responder struct {
 	srv  *Server
-	opts NativeOptions
+	cfg  NativeConfig
 	gate *handshakeGate
 }
 
-// newResponder fills opts' defaults and makes the gate; block says whether
-// an address that fails too many handshakes is refused for the rest of
-// its window.
-func (s *Server) newResponder(opts NativeOptions, block bool) (*responder, error) {
-	opts, err := opts.withDefaults()
-	if err != nil {
+// newResponder fills cfg's defaults, validates it and makes the gate;
+// block says whether an address that fails too many handshakes is refused
+// for the rest of its window.
+func (s *Server) newResponder(cfg NativeConfig, block bool) (*responder, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	g := newHandshakeGate(opts, s.log, s.cfg.Metrics)
+	g := newHandshakeGate(cfg, s.log, s.cfg.Metrics)
 	g.neverBlock = !block
-	return &responder{srv: s, opts: opts, gate: g}, nil
+	return &responder{srv: s, cfg: cfg, gate: g}, nil
 }
 
 // accept serves the links ln accepts, at most MaxConnections at once,
 // each counted against the address key names; via names the kind of link
 // in traces ("" for ln's network). Closing the Acceptor closes ln.
 func (r *responder) accept(ln net.Listener, key func(net.Conn) string, via string) *transport.Acceptor {
-	return transport.Serve(&gatedListener{Listener: ln, gate: r.gate, key: key, via: via}, r.opts.MaxConnections, r.serve)
+	return transport.Serve(&gatedListener{Listener: ln, gate: r.gate, key: key, via: via}, r.cfg.MaxConnections, r.serve)
 }
 
 func (r *responder) serve(ctx context.Context, c net.Conn) {
@@ -271,16 +324,16 @@ func (r *responder) serve(ctx context.Context, c net.Conn) {
 		return // every connection comes through gatedListener
 	}
 	defer r.gate.leave(gc)
-	deadline := gc.accepted.Add(r.opts.HandshakeTimeout)
-	if !r.awaitFirstByte(ctx, gc, gc.accepted.Add(r.opts.FirstByteTimeout)) { // FirstByteTimeout ≤ HandshakeTimeout
+	deadline := gc.accepted.Add(r.cfg.HandshakeTimeout)
+	if !r.awaitFirstByte(ctx, gc, gc.accepted.Add(r.cfg.FirstByteTimeout)) { // FirstByteTimeout ≤ HandshakeTimeout
 		return
 	}
-	cfg := transport.NoiseConfig{Static: r.opts.Key, Purpose: NativePurpose, AllowXX: true, HandshakeTimeout: r.opts.HandshakeTimeout}
+	cfg := transport.NoiseConfig{Static: r.cfg.Key, Purpose: NativePurpose, AllowXX: true, HandshakeTimeout: r.cfg.HandshakeTimeout}
 	cfg.Authorize = func(peer, payload []byte) error {
-		if r.opts.Authorize == nil {
+		if r.cfg.Authorize == nil {
 			return nil
 		}
-		if err := r.opts.Authorize(peer); err != nil {
+		if err := r.cfg.Authorize(peer); err != nil {
 			return &unauthorizedError{err}
 		}
 		return nil
@@ -295,13 +348,13 @@ func (r *responder) serve(ctx context.Context, c net.Conn) {
 	}
 	r.gate.leave(gc) // authenticated: its slot goes to the next one
 	ctx = withHandshake(ctx, handshakeInfo{start: gc.accepted, end: time.Now(), via: gc.via})
-	sess, err := transport.MuxServer(nc, r.opts.Mux)
+	sess, err := transport.MuxServer(nc, r.cfg.Mux)
 	if err != nil {
 		r.srv.log.Warn("mux setup failed", zap.Error(err))
 		return
 	}
 	defer sess.Close()
-	r.srv.serveMux(ctx, sess, r.opts.Mux.MaxInboundStreams, r.opts.HandshakeTimeout)
+	r.srv.serveMux(ctx, sess, r.cfg.Mux.MaxInboundStreams, r.cfg.HandshakeTimeout)
 }
 
 // awaitFirstByte waits until deadline for the connection's first byte
@@ -525,7 +578,7 @@ type handshakeGate struct {
 	order    list.List
 }
 
-func newHandshakeGate(o NativeOptions, log *zap.Logger, m *Metrics) *handshakeGate {
+func newHandshakeGate(o NativeConfig, log *zap.Logger, m *Metrics) *handshakeGate {
 	return &handshakeGate{
 		maxPending: o.MaxHandshakes, maxPerAddr: o.MaxHandshakesPerAddress,
 		maxFailed: o.MaxFailedHandshakes, maxEntries: maxFailureEntries, window: o.FailureWindow,

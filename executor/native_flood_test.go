@@ -69,8 +69,8 @@ func floodKey(t *testing.T) noise.DHKey {
 }
 
 // startFloodListener serves the native transport on url with a fake
-// clock for the gate; tweak adjusts the options.
-func startFloodListener(t *testing.T, url string, tweak func(*NativeOptions)) *floodFixture {
+// clock for the gate; tweak adjusts the listener's configuration.
+func startFloodListener(t *testing.T, url string, tweak func(*NativeConfig)) *floodFixture {
 	t.Helper()
 	f := &floodFixture{key: floodKey(t), clock: newFakeClock(), metrics: NewMetrics(prometheus.NewRegistry())}
 	cfg := DefaultConfig()
@@ -81,11 +81,11 @@ func startFloodListener(t *testing.T, url string, tweak func(*NativeOptions)) *f
 	if err != nil {
 		t.Fatal(err)
 	}
-	opts := NativeOptions{Key: f.key, now: f.clock.now}
+	nativeCfg := NativeConfig{Key: f.key, now: f.clock.now}
 	if tweak != nil {
-		tweak(&opts)
+		tweak(&nativeCfg)
 	}
-	ln, err := srv.ListenNative(url, opts)
+	ln, err := srv.ListenNative(url, nativeCfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -264,7 +264,7 @@ func TestNativeListenerLetsARealClientThroughAnIdleFlood(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			// Defaults but the first-byte timeout, long enough that the
 			// survivors are still open when they are checked.
-			f := startFloodListener(t, "tcp://127.0.0.1:0", func(o *NativeOptions) { o.FirstByteTimeout = 30 * time.Second })
+			f := startFloodListener(t, "tcp://127.0.0.1:0", func(o *NativeConfig) { o.FirstByteTimeout = 30 * time.Second })
 			const flood = 200
 			idle := make([]net.Conn, flood)
 			for i := range idle {
@@ -351,7 +351,7 @@ func TestNativeUnixListenerLetsARealClientThroughAnIdleFlood(t *testing.T) {
 // with a good key, until its window ends; other addresses are unaffected.
 func TestNativeListenerBlocksAnAddressForTheRestOfItsWindow(t *testing.T) {
 	good := floodKey(t)
-	f := startFloodListener(t, "tcp://127.0.0.1:0", func(o *NativeOptions) {
+	f := startFloodListener(t, "tcp://127.0.0.1:0", func(o *NativeConfig) {
 		o.MaxFailedHandshakes = 3
 		o.FailureWindow = time.Minute
 		o.Authorize = func(k []byte) error {
@@ -423,7 +423,7 @@ func TestNativeListenerBlocksAnAddressForTheRestOfItsWindow(t *testing.T) {
 // and stalls past HandshakeTimeout, are closed then and count as
 // failures; enough of them block the address.
 func TestNativeListenerTimesOutSilentAndStalledConnections(t *testing.T) {
-	f := startFloodListener(t, "tcp://127.0.0.1:0", func(o *NativeOptions) {
+	f := startFloodListener(t, "tcp://127.0.0.1:0", func(o *NativeConfig) {
 		o.FirstByteTimeout = 150 * time.Millisecond
 		o.HandshakeTimeout = time.Second
 		o.MaxFailedHandshakes = 2
@@ -463,7 +463,7 @@ func TestNativeListenerTimesOutSilentAndStalledConnections(t *testing.T) {
 // takes a slot from the address holding the most, the oldest victim first
 // among equals.
 func TestNativeListenerBoundsPendingConnectionsPerAddressAndInAll(t *testing.T) {
-	f := startFloodListener(t, "tcp://127.0.0.1:0", func(o *NativeOptions) {
+	f := startFloodListener(t, "tcp://127.0.0.1:0", func(o *NativeConfig) {
 		o.MaxHandshakesPerAddress = 3
 		o.MaxHandshakes = 5
 		o.FirstByteTimeout = 30 * time.Second
@@ -535,7 +535,7 @@ func TestNativeListenerBoundsPendingConnectionsPerAddressAndInAll(t *testing.T) 
 // A trickle of one-byte connections from the client's own address (the
 // hardening suite's slowloris) does not keep a real client out either.
 func TestNativeListenerLetsARealClientThroughATrickleFromItsAddress(t *testing.T) {
-	f := startFloodListener(t, "tcp://127.0.0.1:0", func(o *NativeOptions) { o.FirstByteTimeout = 30 * time.Second })
+	f := startFloodListener(t, "tcp://127.0.0.1:0", func(o *NativeConfig) { o.FirstByteTimeout = 30 * time.Second })
 	for range 100 {
 		c := f.dialFrom(t, "127.0.0.1")
 		c.Write([]byte{'O'})
@@ -559,11 +559,8 @@ func TestNativeListenerLetsARealClientThroughATrickleFromItsAddress(t *testing.T
 // first, then the oldest live one.
 func TestHandshakeGateFailureTableIsBounded(t *testing.T) {
 	clock := newFakeClock()
-	opts, err := NativeOptions{now: clock.now, MaxFailedHandshakes: 2}.withDefaults()
-	if err != nil {
-		t.Fatal(err)
-	}
-	g := newHandshakeGate(opts, zap.NewNop(), nil)
+	cfg := NativeConfig{now: clock.now, MaxFailedHandshakes: 2}.withDefaults()
+	g := newHandshakeGate(cfg, zap.NewNop(), nil)
 	g.maxEntries = 3
 	g.failed("a", failError)
 	g.failed("a", failError) // a is blocked
@@ -611,24 +608,30 @@ type fakeAddrConn struct {
 
 func (c fakeAddrConn) RemoteAddr() net.Addr { return c.remote }
 
-// Options: the handshake bound must leave room for connections past it.
-func TestNativeOptionsDefaultsAndChecks(t *testing.T) {
-	o, err := NativeOptions{}.withDefaults()
-	if err != nil {
+// Zero fields take DefaultNativeConfig's values (MaxHandshakes from
+// MaxConnections), and the handshake bound must leave room for
+// connections past it.
+func TestNativeConfigDefaultsAndChecks(t *testing.T) {
+	key := floodKey(t)
+	o := NativeConfig{Key: key}.withDefaults()
+	if err := o.Validate(); err != nil {
 		t.Fatal(err)
 	}
 	if o.MaxHandshakes != DefaultMaxHandshakes || o.MaxHandshakesPerAddress != DefaultMaxHandshakesPerAddress ||
 		o.FirstByteTimeout != DefaultFirstByteTimeout || o.MaxFailedHandshakes != DefaultMaxFailedHandshakes || o.FailureWindow != DefaultFailureWindow {
 		t.Fatalf("defaults %+v", o)
 	}
-	if o, _ := (NativeOptions{MaxConnections: 100}).withDefaults(); o.MaxHandshakes != 50 {
+	if o := (NativeConfig{MaxConnections: 100}).withDefaults(); o.MaxHandshakes != 50 {
 		t.Fatalf("MaxHandshakes %d with 100 connections, want 50", o.MaxHandshakes)
 	}
-	if _, err := (NativeOptions{MaxConnections: 100, MaxHandshakes: 100}).withDefaults(); err == nil {
+	if err := (NativeConfig{Key: key, MaxConnections: 100, MaxHandshakes: 100}).withDefaults().Validate(); err == nil {
 		t.Fatal("MaxHandshakes equal to MaxConnections accepted")
 	}
-	if o, _ := (NativeOptions{HandshakeTimeout: time.Second, FirstByteTimeout: 5 * time.Second}).withDefaults(); o.FirstByteTimeout != time.Second {
+	if o := (NativeConfig{HandshakeTimeout: time.Second, FirstByteTimeout: 5 * time.Second}).withDefaults(); o.FirstByteTimeout != time.Second {
 		t.Fatalf("FirstByteTimeout %v above HandshakeTimeout", o.FirstByteTimeout)
+	}
+	if o := (NativeConfig{MaxHandshakes: 4}).withDefaults(); o.MaxHandshakesPerAddress != 4 {
+		t.Fatalf("MaxHandshakesPerAddress %d above MaxHandshakes 4", o.MaxHandshakesPerAddress)
 	}
 }
 
@@ -636,7 +639,7 @@ func TestNativeOptionsDefaultsAndChecks(t *testing.T) {
 // closed after the handshake timeout, so idle sessions cannot fill the
 // listener's connections.
 func TestNativeListenerClosesAnAuthenticatedConnectionThatOpensNoStream(t *testing.T) {
-	f := startFloodListener(t, "tcp://127.0.0.1:0", func(o *NativeOptions) { o.HandshakeTimeout = 500 * time.Millisecond })
+	f := startFloodListener(t, "tcp://127.0.0.1:0", func(o *NativeConfig) { o.HandshakeTimeout = 500 * time.Millisecond })
 	c := f.dialFrom(t, "")
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()

@@ -32,7 +32,7 @@ type relayedFixture struct {
 }
 
 // startRelayedExecutor runs a relay and an executor joined to it as "x".
-func startRelayedExecutor(t *testing.T, tuneRelay func(*relay.Config), tune func(*JoinOptions)) *relayedFixture {
+func startRelayedExecutor(t *testing.T, tuneRelay func(*relay.Config), tune func(*JoinConfig)) *relayedFixture {
 	t.Helper()
 	log := zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel))
 	store, err := relay.OpenStore(filepath.Join(t.TempDir(), "relay.db"))
@@ -74,13 +74,13 @@ func startRelayedExecutor(t *testing.T, tuneRelay func(*relay.Config), tune func
 	}
 	r.floodFixture = f
 	joined := make(chan struct{}, 8)
-	opts := JoinOptions{RelayURL: r.url, Key: f.key, ID: "x", Token: joinToken, Joined: func() { joined <- struct{}{} }}
+	joinCfg := JoinConfig{RelayURL: r.url, Key: f.key, ID: "x", Token: joinToken, Joined: func() { joined <- struct{}{} }}
 	if tune != nil {
-		tune(&opts)
+		tune(&joinCfg)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- f.srv.Join(ctx, opts) }()
+	go func() { done <- f.srv.Join(ctx, joinCfg) }()
 	t.Cleanup(func() {
 		cancel()
 		<-done
@@ -182,7 +182,7 @@ func TestRelayedIdleFloodCannotKeepARealClientOut(t *testing.T) {
 	perSession := DefaultMaxHandshakesPerAddress
 	r := startRelayedExecutor(t,
 		func(c *relay.Config) { c.MaxStreamsPerExecutor = streamLimit },
-		func(o *JoinOptions) { o.FirstByteTimeout = 30 * time.Second }) // survivors stay open while checked
+		func(o *JoinConfig) { o.FirstByteTimeout = 30 * time.Second }) // survivors stay open while checked
 	const flood = 3 * streamLimit
 	idle := make([]net.Conn, flood)
 	for i := range idle {
@@ -257,7 +257,7 @@ func TestRelayedFailedHandshakesNeverLockTheSessionOut(t *testing.T) {
 // the relay spliced the stream.
 func TestRelayedStreamsHaveTheNativeHandshakeTimeouts(t *testing.T) {
 	const firstByte, handshake = 300 * time.Millisecond, 900 * time.Millisecond
-	r := startRelayedExecutor(t, nil, func(o *JoinOptions) { o.FirstByteTimeout, o.HandshakeTimeout = firstByte, handshake })
+	r := startRelayedExecutor(t, nil, func(o *JoinConfig) { o.FirstByteTimeout, o.HandshakeTimeout = firstByte, handshake })
 
 	start := time.Now()
 	silent, err := r.splice(t)

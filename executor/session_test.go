@@ -231,7 +231,7 @@ func TestConfigValidationRejectsNonsense(t *testing.T) {
 }
 
 func TestConnectionCloseLeaksNoGoroutines(t *testing.T) {
-	ts := newTestServer(t, func(c *Config) { c.DetachedTTL = 10 * time.Millisecond }, WSOptions{})
+	ts := newTestServer(t, func(c *Config) { c.DetachedTTL = 10 * time.Millisecond }, WSConfig{})
 	before := runtime.NumGoroutine()
 	for i := 0; i < 5; i++ {
 		r := dialRaw(t, ts.url, nil)

@@ -56,7 +56,7 @@ type testServer struct {
 	backend *recordingBackend
 }
 
-func newTestServer(t *testing.T, tweak func(*Config), opts WSOptions) *testServer {
+func newTestServer(t *testing.T, tweak func(*Config), opts WSConfig) *testServer {
 	t.Helper()
 	cfg := DefaultConfig()
 	cfg.Logger = zaptest.NewLogger(t)
@@ -275,7 +275,7 @@ func startParams(pid string, argv ...string) map[string]any {
 }
 
 func TestWSStartStreamsOutputExitedClosedInSeqOrderAfterTheReply(t *testing.T) {
-	ts := newTestServer(t, nil, WSOptions{})
+	ts := newTestServer(t, nil, WSConfig{})
 	r := dialRaw(t, ts.url, nil)
 	r.init()
 	id := newID()
@@ -312,7 +312,7 @@ func TestWSStartStreamsOutputExitedClosedInSeqOrderAfterTheReply(t *testing.T) {
 }
 
 func TestWSMalformedJSONAnswersIDMinusOneAndKeepsRunning(t *testing.T) {
-	ts := newTestServer(t, nil, WSOptions{})
+	ts := newTestServer(t, nil, WSConfig{})
 	r := dialRaw(t, ts.url, nil)
 	for _, bad := range []string{`{"id":42,"method":`, `not json`, `[1,2]`, `{"id":1,"id":2,"method":"initialize"}`, `{"id":45}`, `{"id":1.5,"method":"x"}`} {
 		r.sendRaw(websocket.MessageText, bad)
@@ -328,7 +328,7 @@ func TestWSMalformedJSONAnswersIDMinusOneAndKeepsRunning(t *testing.T) {
 }
 
 func TestWSAcceptsBinaryFramesAndStringIDs(t *testing.T) {
-	ts := newTestServer(t, nil, WSOptions{})
+	ts := newTestServer(t, nil, WSConfig{})
 	r := dialRaw(t, ts.url, nil)
 	r.sendRaw(websocket.MessageBinary, `{"id":"abc","method":"initialize","params":{"clientName":"x"},"jsonrpc":"2.0"}`)
 	m := r.reply("abc")
@@ -338,7 +338,7 @@ func TestWSAcceptsBinaryFramesAndStringIDs(t *testing.T) {
 }
 
 func TestWSRefusesUpgradeWithOrigin(t *testing.T) {
-	ts := newTestServer(t, nil, WSOptions{})
+	ts := newTestServer(t, nil, WSConfig{})
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	defer cancel()
 	for _, origin := range []string{"http://127.0.0.1", "null", "https://evil.example"} {
@@ -350,7 +350,7 @@ func TestWSRefusesUpgradeWithOrigin(t *testing.T) {
 }
 
 func TestWSTokenGatesUpgradeButNotReadyz(t *testing.T) {
-	ts := newTestServer(t, nil, WSOptions{Token: "s3cret"})
+	ts := newTestServer(t, nil, WSConfig{Token: "s3cret"})
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	defer cancel()
 	for _, auth := range []string{"", "Bearer wrong", "Basic s3cret", "Bearer s3cret2", "bearer s3cret"} {
@@ -373,7 +373,7 @@ func TestWSTokenGatesUpgradeButNotReadyz(t *testing.T) {
 }
 
 func TestWSLifecycleErrors(t *testing.T) {
-	ts := newTestServer(t, nil, WSOptions{})
+	ts := newTestServer(t, nil, WSConfig{})
 	r := dialRaw(t, ts.url, nil)
 	r.wantError(r.call("process/read", map[string]any{"processId": "x"}), protocol.CodeInvalidRequest, "client must call initialize before using exec methods")
 	r.wantError(r.call("environment/info", nil), protocol.CodeInvalidRequest, "client must call initialize before using environment info methods")
@@ -390,7 +390,7 @@ func TestWSLifecycleErrors(t *testing.T) {
 }
 
 func TestWSUnknownMethodAndNotification(t *testing.T) {
-	ts := newTestServer(t, nil, WSOptions{})
+	ts := newTestServer(t, nil, WSConfig{})
 	r := dialRaw(t, ts.url, nil)
 	r.wantError(r.call("foo/bar", nil), protocol.CodeMethodNotFound, "foo/bar")
 	r.init()
@@ -407,7 +407,7 @@ func TestWSUnknownMethodAndNotification(t *testing.T) {
 }
 
 func TestWSBadParamsNameTheField(t *testing.T) {
-	ts := newTestServer(t, nil, WSOptions{})
+	ts := newTestServer(t, nil, WSConfig{})
 	r := dialRaw(t, ts.url, nil)
 	r.init()
 	cases := []struct {
@@ -438,7 +438,7 @@ func TestWSBadParamsNameTheField(t *testing.T) {
 }
 
 func TestWSSandboxRequestIsRefusedNotIgnored(t *testing.T) {
-	ts := newTestServer(t, nil, WSOptions{})
+	ts := newTestServer(t, nil, WSConfig{})
 	r := dialRaw(t, ts.url, nil)
 	r.init()
 	p := startParams("p", "true")
@@ -450,7 +450,7 @@ func TestWSSandboxRequestIsRefusedNotIgnored(t *testing.T) {
 }
 
 func TestWSProcessErrorsAndStatuses(t *testing.T) {
-	ts := newTestServer(t, nil, WSOptions{})
+	ts := newTestServer(t, nil, WSConfig{})
 	r := dialRaw(t, ts.url, nil)
 	r.init()
 	r.wantError(r.call("process/read", map[string]any{"processId": "nope"}), protocol.CodeInvalidRequest, "unknown process id nope")
@@ -485,7 +485,7 @@ func TestWSProcessErrorsAndStatuses(t *testing.T) {
 }
 
 func TestWSWriteCloseStdinAndResizeOverTheWire(t *testing.T) {
-	ts := newTestServer(t, nil, WSOptions{})
+	ts := newTestServer(t, nil, WSConfig{})
 	r := dialRaw(t, ts.url, nil)
 	r.init()
 	p := startParams("cat", "cat")
@@ -515,7 +515,7 @@ func TestWSWriteCloseStdinAndResizeOverTheWire(t *testing.T) {
 }
 
 func TestWSLongPollDoesNotBlockOtherRequests(t *testing.T) {
-	ts := newTestServer(t, nil, WSOptions{})
+	ts := newTestServer(t, nil, WSConfig{})
 	r := dialRaw(t, ts.url, nil)
 	r.init()
 	r.result("process/start", startParams("s", "sleep", "60"))
@@ -543,7 +543,7 @@ func TestWSLongPollDoesNotBlockOtherRequests(t *testing.T) {
 }
 
 func TestWSResumeReplaysOutputProducedWhileDetached(t *testing.T) {
-	ts := newTestServer(t, nil, WSOptions{})
+	ts := newTestServer(t, nil, WSConfig{})
 	dir := t.TempDir()
 	gate := filepath.Join(dir, "gate")
 	r1 := dialRaw(t, ts.url, nil)
@@ -589,7 +589,7 @@ func TestWSResumeReplaysOutputProducedWhileDetached(t *testing.T) {
 }
 
 func TestWSResumeWhileAttachedIsRefused(t *testing.T) {
-	ts := newTestServer(t, nil, WSOptions{})
+	ts := newTestServer(t, nil, WSConfig{})
 	r1 := dialRaw(t, ts.url, nil)
 	sid := r1.init()
 	r2 := dialRaw(t, ts.url, nil)
@@ -598,7 +598,7 @@ func TestWSResumeWhileAttachedIsRefused(t *testing.T) {
 }
 
 func TestWSDetachedSessionExpiresAndItsProcessesAreKilled(t *testing.T) {
-	ts := newTestServer(t, func(c *Config) { c.DetachedTTL = 20 * time.Millisecond }, WSOptions{})
+	ts := newTestServer(t, func(c *Config) { c.DetachedTTL = 20 * time.Millisecond }, WSConfig{})
 	r := dialRaw(t, ts.url, nil)
 	sid := r.init()
 	r.result("process/start", startParams("s", "sleep", "60"))
@@ -617,7 +617,7 @@ func TestWSDetachedSessionExpiresAndItsProcessesAreKilled(t *testing.T) {
 }
 
 func TestWSProcessLimitPerSession(t *testing.T) {
-	ts := newTestServer(t, func(c *Config) { c.MaxProcessesPerSession = 2 }, WSOptions{})
+	ts := newTestServer(t, func(c *Config) { c.MaxProcessesPerSession = 2 }, WSConfig{})
 	r := dialRaw(t, ts.url, nil)
 	r.init()
 	r.result("process/start", startParams("a", "sleep", "60"))
@@ -629,7 +629,7 @@ func TestWSProcessLimitPerSession(t *testing.T) {
 // the closed processes still retained: a full table gives up the oldest
 // closed process, and refuses only when every slot is running.
 func TestWSFullProcessTableEvictsTheOldestClosedProcess(t *testing.T) {
-	ts := newTestServer(t, func(c *Config) { c.MaxProcessesPerSession = 2 }, WSOptions{})
+	ts := newTestServer(t, func(c *Config) { c.MaxProcessesPerSession = 2 }, WSConfig{})
 	r := dialRaw(t, ts.url, nil)
 	r.init()
 	r.result("process/start", startParams("a", "true"))
@@ -644,7 +644,7 @@ func TestWSFullProcessTableEvictsTheOldestClosedProcess(t *testing.T) {
 }
 
 func TestWSClosedProcessIsEvictedAndItsIDReusable(t *testing.T) {
-	ts := newTestServer(t, func(c *Config) { c.ClosedRetention = 10 * time.Millisecond }, WSOptions{})
+	ts := newTestServer(t, func(c *Config) { c.ClosedRetention = 10 * time.Millisecond }, WSConfig{})
 	r := dialRaw(t, ts.url, nil)
 	r.init()
 	r.result("process/start", startParams("p", "true"))
@@ -664,7 +664,7 @@ func TestWSClosedProcessIsEvictedAndItsIDReusable(t *testing.T) {
 }
 
 func TestWSOversizedMessageIsRefusedAndConnectionSurvives(t *testing.T) {
-	ts := newTestServer(t, nil, WSOptions{MaxMessageBytes: 1 << 20})
+	ts := newTestServer(t, nil, WSConfig{MaxMessageBytes: 1 << 20})
 	r := dialRaw(t, ts.url, nil)
 	big := `{"id":1,"method":"initialize","params":{"clientName":"` + strings.Repeat("x", 1<<20) + `"}}`
 	r.sendRaw(websocket.MessageText, big)
@@ -674,7 +674,7 @@ func TestWSOversizedMessageIsRefusedAndConnectionSurvives(t *testing.T) {
 }
 
 func TestWSFloodingProcessDoesNotDelayAnotherOrReplies(t *testing.T) {
-	ts := newTestServer(t, nil, WSOptions{})
+	ts := newTestServer(t, nil, WSConfig{})
 	r := dialRaw(t, ts.url, nil)
 	r.init()
 	r.result("process/start", startParams("flood", "head", "-c", "200000000", "/dev/zero"))
@@ -701,7 +701,7 @@ func TestWSSlowReaderLosesNothing(t *testing.T) {
 		lb := engine.NewLocalBackend()
 		lb.Retention = engine.Retention{MaxBytes: 256 << 10, MaxChunks: 64}
 		c.Backend = lb
-	}, WSOptions{})
+	}, WSConfig{})
 	r := dialRaw(t, ts.url, nil)
 	r.init()
 	const total = 16 << 20
@@ -794,7 +794,7 @@ func TestStdioServesInitializeAndProcesses(t *testing.T) {
 }
 
 func TestShutdownTerminatesEveryProcess(t *testing.T) {
-	ts := newTestServer(t, nil, WSOptions{})
+	ts := newTestServer(t, nil, WSConfig{})
 	r := dialRaw(t, ts.url, nil)
 	r.init()
 	r.result("process/start", startParams("s", "sleep", "60"))

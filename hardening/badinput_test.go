@@ -63,7 +63,7 @@ func (f *fleet) runEverywhere(t *testing.T) {
 	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
 	for {
-		env, err := client.Dial(ctxT(t, 10*time.Second), f.relay.url, client.Options{Executor: "bad-1", Token: f.clientToken,
+		env, err := client.Dial(ctxT(t, 10*time.Second), f.relay.url, client.Config{Executor: "bad-1", Token: f.clientToken,
 			KnownExecutors: filepath.Join(t.TempDir(), "known"), NoResume: true})
 		if err == nil {
 			mustEcho(t, env, "via relay")
@@ -76,7 +76,7 @@ func (f *fleet) runEverywhere(t *testing.T) {
 		time.Sleep(50 * time.Millisecond) // still joining
 	}
 	for _, url := range []string{f.tcp.url, f.ws.url} {
-		env := dialClient(t, url, client.Options{NoResume: true})
+		env := dialClient(t, url, client.Config{NoResume: true})
 		mustEcho(t, env, "direct")
 		env.Close()
 	}
@@ -217,7 +217,7 @@ func slowHandshakes(t *testing.T, f *fleet) {
 			conns = append(conns, c)
 		}
 	}
-	env := dialClient(t, f.tcp.url, client.Options{NoResume: true})
+	env := dialClient(t, f.tcp.url, client.Config{NoResume: true})
 	mustEcho(t, env, "while slowloris")
 	env.Close()
 	start := time.Now()
@@ -326,7 +326,7 @@ func invalidUTF8(t *testing.T, f *fleet) {
 	}
 	ws.CloseNow()
 	// Arguments are bytes on Unix: passed through exactly, not mangled.
-	env := dialClient(t, f.tcp.url, client.Options{NoResume: true})
+	env := dialClient(t, f.tcp.url, client.Config{NoResume: true})
 	out, err := client.Command(env, "/bin/echo", "a\xffb\xc3").Output()
 	if err != nil || string(out) != "a\xffb\xc3\n" {
 		t.Fatalf("invalid UTF-8 argv: %q %v", out, err)
@@ -341,7 +341,7 @@ func invalidUTF8(t *testing.T, f *fleet) {
 }
 
 func nulInPaths(t *testing.T, f *fleet) {
-	env := dialClient(t, f.tcp.url, client.Options{NoResume: true})
+	env := dialClient(t, f.tcp.url, client.Config{NoResume: true})
 	for _, p := range []protocol.ExecParams{
 		{Argv: []string{"/bin/true"}, Cwd: "/tmp\x00/etc", Env: env0},
 		{Argv: []string{"/bin/tr\x00ue"}, Env: env0},
@@ -363,7 +363,7 @@ func nulInPaths(t *testing.T, f *fleet) {
 }
 
 func hugeArgvAndEnv(t *testing.T, f *fleet) {
-	env := dialClient(t, f.tcp.url, client.Options{NoResume: true})
+	env := dialClient(t, f.tcp.url, client.Config{NoResume: true})
 	big := strings.Repeat("x", 256<<10) // over the kernel's 128 KiB per string
 	for _, p := range []protocol.ExecParams{
 		{Argv: []string{"/bin/true", big}, Env: env0},
@@ -456,7 +456,7 @@ func connectionFloods(t *testing.T, f *fleet) {
 }
 
 func hostileFileRequests(t *testing.T, f *fleet) {
-	env := dialClient(t, f.tcp.url, client.Options{NoResume: true})
+	env := dialClient(t, f.tcp.url, client.Config{NoResume: true})
 	ctx := ctxT(t, 20*time.Second)
 	dir := t.TempDir()
 	fifo := filepath.Join(dir, "fifo")
@@ -521,7 +521,7 @@ func vanishingClients(t *testing.T, f *fleet) {
 	// and reaped — including one that left the process group with setsid,
 	// which only the command's cgroup still holds.
 	for _, url := range []string{f.tcp.url, f.ws.url} {
-		env := dialClient(t, url, client.Options{NoResume: true})
+		env := dialClient(t, url, client.Config{NoResume: true})
 		for range 5 {
 			if _, err := env.Start(ctxT(t, 10*time.Second), protocol.ExecParams{Argv: []string{"/bin/sh", "-c", "setsid sleep 60 </dev/null >/dev/null 2>&1 & sleep 60 & exec sleep 60"}, Env: env0}); err != nil {
 				t.Fatal(err)
@@ -529,7 +529,7 @@ func vanishingClients(t *testing.T, f *fleet) {
 		}
 		env.Close()
 	}
-	rel, err := client.Dial(ctxT(t, 10*time.Second), f.relay.url, client.Options{Executor: "bad-1", Token: f.clientToken,
+	rel, err := client.Dial(ctxT(t, 10*time.Second), f.relay.url, client.Config{Executor: "bad-1", Token: f.clientToken,
 		KnownExecutors: filepath.Join(t.TempDir(), "known"), NoResume: true})
 	if err != nil {
 		t.Fatal(err)

@@ -319,7 +319,7 @@ func noiseSession(t testing.TB, url, purpose string) *yamux.Session {
 }
 
 // dialClient connects the client package to url.
-func dialClient(t testing.TB, url string, opts client.Options) *client.Remote {
+func dialClient(t testing.TB, url string, opts client.Config) *client.Remote {
 	t.Helper()
 	k, err := identity.Generate()
 	if err != nil {

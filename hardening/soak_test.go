@@ -90,7 +90,7 @@ func TestSoakThroughTheRelay(t *testing.T) {
 	dial := func() *client.Remote {
 		deadline := time.Now().Add(20 * time.Second)
 		for {
-			env, err := client.Dial(ctxT(t, 10*time.Second), rl.url, client.Options{Executor: "soak", Token: clientTok, KnownExecutors: filepath.Join(dir, "known")})
+			env, err := client.Dial(ctxT(t, 10*time.Second), rl.url, client.Config{Executor: "soak", Token: clientTok, KnownExecutors: filepath.Join(dir, "known")})
 			if err == nil {
 				return env
 			}

@@ -67,7 +67,7 @@ func joinLogged(t *testing.T, r *testRelay, id, token string, k identity.Key, lo
 	ctx, cancel := context.WithCancel(context.Background())
 	e := &testExecutor{srv: srv, key: k, cancel: cancel, done: make(chan error, 1), joined: make(chan struct{}, 16)}
 	go func() {
-		e.done <- srv.Join(ctx, executor.JoinOptions{RelayURL: r.url(), Key: k.Keypair(), ID: id, Token: token, Joined: func() { e.joined <- struct{}{} }})
+		e.done <- srv.Join(ctx, executor.JoinConfig{RelayURL: r.url(), Key: k.Keypair(), ID: id, Token: token, Joined: func() { e.joined <- struct{}{} }})
 	}()
 	t.Cleanup(func() {
 		cancel()
@@ -130,7 +130,7 @@ func TestStolenKeyCannotTakeTheIDFromALiveExecutor(t *testing.T) {
 	k := key(t)
 	e := join(t, r, "db", r.token(t, TokenJoin, CreateOptions{Uses: 1}), k, nil)
 	e.waitJoined(t)
-	env, err := dialVia(t, r, "db", r.token(t, TokenClient, CreateOptions{Executors: "*"}), client.Options{})
+	env, err := dialVia(t, r, "db", r.token(t, TokenClient, CreateOptions{Executors: "*"}), client.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -325,7 +325,7 @@ func TestExecutorRejoinsAfterItsConnectionDiedSilently(t *testing.T) {
 	if st := r.srv.Stats(); st.DuplicateJoins != 0 || st.Executors != 1 {
 		t.Fatalf("stats %+v", st)
 	}
-	env, err := dialVia(t, r, "edge", clientToken, client.Options{})
+	env, err := dialVia(t, r, "edge", clientToken, client.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -342,7 +342,7 @@ func TestRevokedKeyIsCutAndNeverJoinsAgain(t *testing.T) {
 	e := join(t, r, "w", r.token(t, TokenJoin, CreateOptions{Uses: 1}), old, nil)
 	e.waitJoined(t)
 	clientToken := r.token(t, TokenClient, CreateOptions{Executors: "*"})
-	env, err := dialVia(t, r, "w", clientToken, client.Options{NoResume: true})
+	env, err := dialVia(t, r, "w", clientToken, client.Config{NoResume: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -402,7 +402,7 @@ func TestRevokedKeyIsCutAndNeverJoinsAgain(t *testing.T) {
 	}
 	e2 := join(t, r, "w", fresh, key(t), nil)
 	e2.waitJoined(t)
-	env2, err := dialVia(t, r, "w", clientToken, client.Options{})
+	env2, err := dialVia(t, r, "w", clientToken, client.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -434,7 +434,7 @@ func TestNewKeyReplacesARevokedSessionNotYetCut(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the revoked session was not dropped")
 	}
-	env, err := dialVia(t, r, "w", r.token(t, TokenClient, CreateOptions{Executors: "*"}), client.Options{})
+	env, err := dialVia(t, r, "w", r.token(t, TokenClient, CreateOptions{Executors: "*"}), client.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -83,7 +83,7 @@ func TestRelayRefusalsCarryTheirKinds(t *testing.T) {
 
 	// relay/connect, through the client as a user sees it
 	dialErr := func(id, token string) error {
-		_, err := dialVia(t, r, id, token, client.Options{NoResume: true})
+		_, err := dialVia(t, r, id, token, client.Config{NoResume: true})
 		return err
 	}
 	wantKind(t, "connect to an offline executor", dialErr("web-9", clientTok), protocol.CodeNotFound, protocol.KindUnavailable)
@@ -91,7 +91,7 @@ func TestRelayRefusalsCarryTheirKinds(t *testing.T) {
 	wantKind(t, "connect with a bogus token", dialErr("web-1", "opt_bogus"), protocol.CodeInvalidRequest, protocol.KindRefused)
 	wantKind(t, "connect with a join token", dialErr("web-1", r.token(t, TokenJoin, CreateOptions{})), protocol.CodeInvalidRequest, protocol.KindRefused)
 	wantKind(t, "relay/executors with a bogus token", rawCall(t, r, protocol.MethodRelayExecutors, protocol.RelayExecutorsParams{Token: "opt_bogus"}), protocol.CodeInvalidRequest, protocol.KindRefused)
-	first, err := dialVia(t, r, "web-1", clientTok, client.Options{NoResume: true})
+	first, err := dialVia(t, r, "web-1", clientTok, client.Config{NoResume: true})
 	if err != nil {
 		t.Fatal(err)
 	}

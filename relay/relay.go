@@ -77,18 +77,28 @@ import (
 // is the other end).
 const Purpose = transport.PurposeRelay
 
-// Config configures a relay.
+// Config configures a relay. Start from DefaultConfig and set Key and
+// Tokens; NewServer fills any other field left zero from DefaultConfig.
 type Config struct {
-	Key    noise.DHKey
+	// Key is the relay's static key (required); clients and executors pin
+	// its public half through the #fingerprint of the relay's URL.
+	Key noise.DHKey
+	// Tokens is the token store (required).
 	Tokens *Store
+	// Logger logs (default zap.NewNop()).
 	Logger *zap.Logger
-	Mux    transport.MuxConfig
+	// Mux configures yamux on every connection (default
+	// transport.DefaultMuxConfig()).
+	Mux transport.MuxConfig
 	// MaxExecutors bounds joined executors (default 10,000).
 	MaxExecutors int
 	// MaxConnections and MaxHandshakes bound TCP connections and
 	// handshakes in progress (defaults 20,000 and 256).
-	MaxConnections   int
-	MaxHandshakes    int
+	MaxConnections int
+	MaxHandshakes  int
+	// HandshakeTimeout bounds a connection's Noise handshake, and then
+	// again the wait for its first request (default
+	// transport.DefaultHandshakeTimeout, 10 s).
 	HandshakeTimeout time.Duration
 	// MaxStreamsPerExecutor bounds the client streams spliced to one
 	// executor at a time (default 1024).
@@ -100,20 +110,14 @@ type Config struct {
 	MaxFailedHandshakes int
 	FailureWindow       time.Duration
 	// LivenessTimeout is how long the joined session of an id has to answer
-	// a ping when the same key joins the id again (default 2.5 s): answered,
-	// the newcomer is refused; unanswered, the old session is closed and
-	// the newcomer takes the id.
+	// a ping when the same key joins the id again (default
+	// DefaultLivenessTimeout, 2.5 s): answered, the newcomer is refused;
+	// unanswered, the old session is closed and the newcomer takes the id.
 	LivenessTimeout time.Duration
 	// RevocationPoll is how often the relay, while executors are joined,
-	// looks in the store for keys revoked by another process (default 1 s).
+	// looks in the store for keys revoked by another process (default
+	// DefaultRevocationPoll, 1 s).
 	RevocationPoll time.Duration
-}
-
-func (c Config) handshakeTimeout() time.Duration {
-	if c.HandshakeTimeout > 0 {
-		return c.HandshakeTimeout
-	}
-	return transport.DefaultHandshakeTimeout
 }
 
 // Defaults of Config.LivenessTimeout and Config.RevocationPoll.
@@ -121,6 +125,89 @@ const (
 	DefaultLivenessTimeout = 2500 * time.Millisecond
 	DefaultRevocationPoll  = time.Second
 )
+
+// DefaultConfig returns the default configuration, without the two
+// fields that have none: Key and Tokens.
+func DefaultConfig() Config {
+	return Config{
+		Logger:                zap.NewNop(),
+		Mux:                   transport.DefaultMuxConfig(),
+		MaxExecutors:          10000,
+		MaxConnections:        20000,
+		MaxHandshakes:         256,
+		HandshakeTimeout:      transport.DefaultHandshakeTimeout,
+		MaxStreamsPerExecutor: 1024,
+		MaxFailedHandshakes:   20,
+		FailureWindow:         time.Minute,
+		LivenessTimeout:       DefaultLivenessTimeout,
+		RevocationPoll:        DefaultRevocationPoll,
+	}
+}
+
+// withDefaults fills every zero field that has a default from
+// DefaultConfig; the rest is left to Validate.
+func (c Config) withDefaults() Config {
+	d := DefaultConfig()
+	if c.Logger == nil {
+		c.Logger = d.Logger
+	}
+	if c.Mux == (transport.MuxConfig{}) {
+		c.Mux = d.Mux
+	}
+	orDefault(&c.MaxExecutors, d.MaxExecutors)
+	orDefault(&c.MaxConnections, d.MaxConnections)
+	orDefault(&c.MaxHandshakes, d.MaxHandshakes)
+	orDefault(&c.HandshakeTimeout, d.HandshakeTimeout)
+	orDefault(&c.MaxStreamsPerExecutor, d.MaxStreamsPerExecutor)
+	orDefault(&c.MaxFailedHandshakes, d.MaxFailedHandshakes)
+	orDefault(&c.FailureWindow, d.FailureWindow)
+	orDefault(&c.LivenessTimeout, d.LivenessTimeout)
+	orDefault(&c.RevocationPoll, d.RevocationPoll)
+	return c
+}
+
+// orDefault sets *v to d when *v is the zero value.
+func orDefault[T comparable](v *T, d T) {
+	var zero T
+	if *v == zero {
+		*v = d
+	}
+}
+
+// Validate reports the first invalid field. It takes the configuration
+// as it is: a zero field is invalid here, though NewServer would fill it.
+func (c Config) Validate() error {
+	switch {
+	case len(c.Key.Private) != 32 || len(c.Key.Public) != 32:
+		return errors.New("relay: Key is required (an X25519 key pair)")
+	case c.Tokens == nil:
+		return errors.New("relay: Tokens is required (a token store)")
+	}
+	if err := c.Mux.Validate(); err != nil {
+		return fmt.Errorf("relay: Mux: %w", err)
+	}
+	switch {
+	case c.MaxExecutors < 1:
+		return errors.New("relay: MaxExecutors must be at least 1")
+	case c.MaxConnections < 1:
+		return errors.New("relay: MaxConnections must be at least 1")
+	case c.MaxHandshakes < 1:
+		return errors.New("relay: MaxHandshakes must be at least 1")
+	case c.HandshakeTimeout <= 0:
+		return errors.New("relay: HandshakeTimeout must be positive")
+	case c.MaxStreamsPerExecutor < 1:
+		return errors.New("relay: MaxStreamsPerExecutor must be at least 1")
+	case c.MaxFailedHandshakes < 1:
+		return errors.New("relay: MaxFailedHandshakes must be at least 1")
+	case c.FailureWindow <= 0:
+		return errors.New("relay: FailureWindow must be positive")
+	case c.LivenessTimeout <= 0:
+		return errors.New("relay: LivenessTimeout must be positive")
+	case c.RevocationPoll <= 0:
+		return errors.New("relay: RevocationPoll must be positive")
+	}
+	return nil
+}
 
 // Server is a relay.
 type Server struct {
@@ -214,40 +301,12 @@ var (
 	errDraining  = errors.New("draining")
 )
 
-// NewServer returns a relay.
+// NewServer validates cfg, its zero fields filled from DefaultConfig,
+// and returns a relay.
 func NewServer(cfg Config) (*Server, error) {
-	if cfg.Tokens == nil {
-		return nil, errors.New("relay: a token store is required")
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = zap.NewNop()
-	}
-	if cfg.Mux == (transport.MuxConfig{}) {
-		cfg.Mux = transport.DefaultMuxConfig()
-	}
-	if cfg.MaxExecutors <= 0 {
-		cfg.MaxExecutors = 10000
-	}
-	if cfg.MaxConnections <= 0 {
-		cfg.MaxConnections = 20000
-	}
-	if cfg.MaxHandshakes <= 0 {
-		cfg.MaxHandshakes = 256
-	}
-	if cfg.MaxStreamsPerExecutor <= 0 {
-		cfg.MaxStreamsPerExecutor = 1024
-	}
-	if cfg.MaxFailedHandshakes <= 0 {
-		cfg.MaxFailedHandshakes = 20
-	}
-	if cfg.FailureWindow <= 0 {
-		cfg.FailureWindow = time.Minute
-	}
-	if cfg.LivenessTimeout <= 0 {
-		cfg.LivenessTimeout = DefaultLivenessTimeout
-	}
-	if cfg.RevocationPoll <= 0 {
-		cfg.RevocationPoll = DefaultRevocationPoll
+	cfg = cfg.withDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
 	}
 	return &Server{cfg: cfg, log: cfg.Logger, executors: map[string]*joined{}, failures: map[string]*failureCount{}, drained: make(chan struct{})}, nil
 }
@@ -403,7 +462,7 @@ func (s *Server) serve(ctx context.Context, c net.Conn, hs chan struct{}) {
 	}()
 	// The first request must arrive within the handshake timeout too: an
 	// authenticated peer that says nothing must not keep a slot.
-	idle := time.AfterFunc(s.cfg.handshakeTimeout(), func() { sess.Close() })
+	idle := time.AfterFunc(s.cfg.HandshakeTimeout, func() { sess.Close() })
 	ctl, err := sess.AcceptStream()
 	if err != nil {
 		idle.Stop()

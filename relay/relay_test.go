@@ -105,7 +105,7 @@ func join(t *testing.T, r *testRelay, id, token string, k identity.Key, authoriz
 	ctx, cancel := context.WithCancel(context.Background())
 	e := &testExecutor{srv: srv, key: k, cancel: cancel, done: make(chan error, 1), joined: make(chan struct{}, 16)}
 	go func() {
-		e.done <- srv.Join(ctx, executor.JoinOptions{RelayURL: r.url(), Key: k.Keypair(), ID: id, Token: token, Authorize: authorize,
+		e.done <- srv.Join(ctx, executor.JoinConfig{RelayURL: r.url(), Key: k.Keypair(), ID: id, Token: token, Authorize: authorize,
 			Joined: func() { e.joined <- struct{}{} }})
 	}()
 	t.Cleanup(func() {
@@ -129,7 +129,7 @@ func (e *testExecutor) waitJoined(t *testing.T) {
 	}
 }
 
-func dialVia(t *testing.T, r *testRelay, id, token string, opts client.Options) (*client.Remote, error) {
+func dialVia(t *testing.T, r *testRelay, id, token string, opts client.Config) (*client.Remote, error) {
 	t.Helper()
 	opts.Executor, opts.Token = id, token
 	if opts.Key == (identity.Key{}) {
@@ -151,7 +151,7 @@ func TestClientRunsCommandsThroughTheRelay(t *testing.T) {
 	r := newRelay(t)
 	e := join(t, r, "build-1", r.token(t, TokenJoin, CreateOptions{Uses: 1}), key(t), nil)
 	e.waitJoined(t)
-	env, err := dialVia(t, r, "build-1", r.token(t, TokenClient, CreateOptions{Executors: "build-*"}), client.Options{})
+	env, err := dialVia(t, r, "build-1", r.token(t, TokenClient, CreateOptions{Executors: "build-*"}), client.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -220,7 +220,7 @@ func TestRelayNeverSeesPlaintext(t *testing.T) {
 	e := join(t, r, "x", r.token(t, TokenJoin, CreateOptions{}), key(t), nil)
 	e.waitJoined(t)
 	proxied, seen := recordingProxy(t, r)
-	env, err := dialVia(t, proxied, "x", r.token(t, TokenClient, CreateOptions{Executors: "*"}), client.Options{})
+	env, err := dialVia(t, proxied, "x", r.token(t, TokenClient, CreateOptions{Executors: "*"}), client.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -257,17 +257,17 @@ func TestOfflineUnknownAndUnauthorisedTargetsGetClearErrors(t *testing.T) {
 	r := newRelay(t)
 	e := join(t, r, "web-1", r.token(t, TokenJoin, CreateOptions{}), key(t), nil)
 	e.waitJoined(t)
-	if _, err := dialVia(t, r, "ghost", r.token(t, TokenClient, CreateOptions{Executors: "*"}), client.Options{NoResume: true}); err == nil || !strings.Contains(err.Error(), "executor ghost is offline") {
+	if _, err := dialVia(t, r, "ghost", r.token(t, TokenClient, CreateOptions{Executors: "*"}), client.Config{NoResume: true}); err == nil || !strings.Contains(err.Error(), "executor ghost is offline") {
 		t.Fatalf("offline: %v", err)
 	}
-	if _, err := dialVia(t, r, "web-1", r.token(t, TokenClient, CreateOptions{Executors: "db-*"}), client.Options{}); err == nil || !strings.Contains(err.Error(), "may not reach") {
+	if _, err := dialVia(t, r, "web-1", r.token(t, TokenClient, CreateOptions{Executors: "db-*"}), client.Config{}); err == nil || !strings.Contains(err.Error(), "may not reach") {
 		t.Fatalf("ACL: %v", err)
 	}
-	if _, err := dialVia(t, r, "web-1", "opt_bogus", client.Options{}); err == nil {
+	if _, err := dialVia(t, r, "web-1", "opt_bogus", client.Config{}); err == nil {
 		t.Fatal("a bogus token was accepted")
 	}
 	joinTok := r.token(t, TokenJoin, CreateOptions{})
-	if _, err := dialVia(t, r, "web-1", joinTok, client.Options{}); err == nil {
+	if _, err := dialVia(t, r, "web-1", joinTok, client.Config{}); err == nil {
 		t.Fatal("a join token was accepted as a client token")
 	}
 	// The bogus and the wrong-kind token; a client may retry, so at least.
@@ -275,7 +275,7 @@ func TestOfflineUnknownAndUnauthorisedTargetsGetClearErrors(t *testing.T) {
 		t.Fatalf("refused tokens %d, want ≥ 2", st.RefusedTokens)
 	}
 	wrong := &testRelay{key: key(t), addr: r.addr}
-	if _, err := dialVia(t, wrong, "web-1", r.token(t, TokenClient, CreateOptions{Executors: "*"}), client.Options{}); err == nil {
+	if _, err := dialVia(t, wrong, "web-1", r.token(t, TokenClient, CreateOptions{Executors: "*"}), client.Config{}); err == nil {
 		t.Fatal("a wrong relay key was accepted")
 	}
 }
@@ -286,7 +286,7 @@ func TestOfflineUnknownAndUnauthorisedTargetsGetClearErrors(t *testing.T) {
 func TestRefusalIsNeverLostToTheRelayHangingUp(t *testing.T) {
 	r := newRelay(t)
 	for i := range 200 {
-		_, err := dialVia(t, r, "web-1", "opt_bogus", client.Options{NoResume: true})
+		_, err := dialVia(t, r, "web-1", "opt_bogus", client.Config{NoResume: true})
 		if err == nil || !strings.Contains(err.Error(), "token is not known") {
 			t.Fatalf("dial %d: %v", i, err)
 		}
@@ -304,10 +304,10 @@ func TestExecutorAllowListRefusesClientsTheRelayBrings(t *testing.T) {
 	})
 	e.waitJoined(t)
 	tok := r.token(t, TokenClient, CreateOptions{Executors: "*"})
-	if _, err := dialVia(t, r, "vault", tok, client.Options{Key: key(t), NoResume: true}); err == nil {
+	if _, err := dialVia(t, r, "vault", tok, client.Config{Key: key(t), NoResume: true}); err == nil {
 		t.Fatal("a client outside the executor's allow-list got in through the relay")
 	}
-	env, err := dialVia(t, r, "vault", tok, client.Options{Key: allowed})
+	env, err := dialVia(t, r, "vault", tok, client.Config{Key: allowed})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -324,7 +324,7 @@ func TestRelayRestartMidStreamLosesNothing(t *testing.T) {
 	r := startRelay(t, rk, tokens, "127.0.0.1:0")
 	e := join(t, r, "w", r.token(t, TokenJoin, CreateOptions{}), key(t), nil)
 	e.waitJoined(t)
-	env, err := dialVia(t, r, "w", r.token(t, TokenClient, CreateOptions{Executors: "*"}), client.Options{RecoveryTimeout: 25 * time.Second})
+	env, err := dialVia(t, r, "w", r.token(t, TokenClient, CreateOptions{Executors: "*"}), client.Config{RecoveryTimeout: 25 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -399,7 +399,7 @@ func TestGarbageAtTheRelayPortLeavesItServing(t *testing.T) {
 	}
 	e := join(t, r, "after-junk", r.token(t, TokenJoin, CreateOptions{}), key(t), nil)
 	e.waitJoined(t)
-	env, err := dialVia(t, r, "after-junk", r.token(t, TokenClient, CreateOptions{Executors: "*"}), client.Options{})
+	env, err := dialVia(t, r, "after-junk", r.token(t, TokenClient, CreateOptions{Executors: "*"}), client.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -422,13 +422,13 @@ func TestRelayOverWebSocket(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	joined := make(chan struct{}, 1)
-	go srv.Join(ctx, executor.JoinOptions{RelayURL: wsURL, Key: key(t).Keypair(), ID: "behind-proxy", Token: r.token(t, TokenJoin, CreateOptions{}), Joined: func() { joined <- struct{}{} }})
+	go srv.Join(ctx, executor.JoinConfig{RelayURL: wsURL, Key: key(t).Keypair(), ID: "behind-proxy", Token: r.token(t, TokenJoin, CreateOptions{}), Joined: func() { joined <- struct{}{} }})
 	select {
 	case <-joined:
 	case <-time.After(testTimeout):
 		t.Fatal("no join over WebSocket")
 	}
-	env, err := client.Dial(ctxT(t), wsURL, client.Options{Key: key(t), Executor: "behind-proxy", Token: r.token(t, TokenClient, CreateOptions{Executors: "*"}), KnownExecutors: filepath.Join(t.TempDir(), "k")})
+	env, err := client.Dial(ctxT(t), wsURL, client.Config{Key: key(t), Executor: "behind-proxy", Token: r.token(t, TokenClient, CreateOptions{Executors: "*"}), KnownExecutors: filepath.Join(t.TempDir(), "k")})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -442,7 +442,7 @@ func TestExecutorGoingAwayFailsClientsPromptlyAsOffline(t *testing.T) {
 	r := newRelay(t)
 	e := join(t, r, "leaving", r.token(t, TokenJoin, CreateOptions{}), key(t), nil)
 	e.waitJoined(t)
-	env, err := dialVia(t, r, "leaving", r.token(t, TokenClient, CreateOptions{Executors: "*"}), client.Options{OfflineGrace: 300 * time.Millisecond})
+	env, err := dialVia(t, r, "leaving", r.token(t, TokenClient, CreateOptions{Executors: "*"}), client.Config{OfflineGrace: 300 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -483,7 +483,7 @@ func TestDrainHandsExecutorsToTheSuccessorWithoutCuttingOpenStreams(t *testing.T
 	e := join(t, a, "w", a.token(t, TokenJoin, CreateOptions{}), key(t), nil)
 	e.waitJoined(t)
 	clientToken := a.token(t, TokenClient, CreateOptions{Executors: "*"})
-	env, err := dialVia(t, a, "w", clientToken, client.Options{})
+	env, err := dialVia(t, a, "w", clientToken, client.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -529,7 +529,7 @@ func TestDrainHandsExecutorsToTheSuccessorWithoutCuttingOpenStreams(t *testing.T
 		t.Fatalf("drain: %v", err)
 	}
 
-	env2, err := dialVia(t, b, "w", clientToken, client.Options{})
+	env2, err := dialVia(t, b, "w", clientToken, client.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -542,7 +542,7 @@ func TestDrainGivesUpAtItsDeadlineNamingOpenStreams(t *testing.T) {
 	r := newRelay(t)
 	e := join(t, r, "w", r.token(t, TokenJoin, CreateOptions{}), key(t), nil)
 	e.waitJoined(t)
-	env, err := dialVia(t, r, "w", r.token(t, TokenClient, CreateOptions{Executors: "*"}), client.Options{})
+	env, err := dialVia(t, r, "w", r.token(t, TokenClient, CreateOptions{Executors: "*"}), client.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -573,13 +573,13 @@ func TestTraceContextCrossesTheRelayEncryptedAndJoinsTheExecutorsSpans(t *testin
 	joined, done := make(chan struct{}, 1), make(chan struct{})
 	go func() {
 		defer close(done)
-		srv.Join(ctx, executor.JoinOptions{RelayURL: r.url(), Key: key(t).Keypair(), ID: "traced", Token: r.token(t, TokenJoin, CreateOptions{}),
+		srv.Join(ctx, executor.JoinConfig{RelayURL: r.url(), Key: key(t).Keypair(), ID: "traced", Token: r.token(t, TokenJoin, CreateOptions{}),
 			Joined: func() { joined <- struct{}{} }})
 	}()
 	defer func() { cancel(); <-done; srv.Shutdown(context.Background()) }()
 	<-joined
 	proxied, seen := recordingProxy(t, r)
-	env, err := dialVia(t, proxied, "traced", r.token(t, TokenClient, CreateOptions{Executors: "*"}), client.Options{TracerProvider: clientTP})
+	env, err := dialVia(t, proxied, "traced", r.token(t, TokenClient, CreateOptions{Executors: "*"}), client.Config{TracerProvider: clientTP})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -66,7 +66,7 @@ func cmdBridge(args []string, stdout, stderr io.Writer) int {
 	// --target, $OUTPOST_TARGET, the config file.
 	url := *target
 	var executorURL transport.URL
-	opts := client.Options{ClientName: "outpost-bridge", OfflineGrace: *offlineGrace, RecoveryTimeout: *recovery}
+	dialCfg := client.Config{ClientName: "outpost-bridge", OfflineGrace: *offlineGrace, RecoveryTimeout: *recovery}
 	switch {
 	case relaySet && *executorID == "":
 		return usageErr("--relay needs --executor (the id of the executor to reach through it)")
@@ -81,7 +81,7 @@ func cmdBridge(args []string, stdout, stderr io.Writer) int {
 		}
 		executorURL = u
 		url = *relayURL
-		opts.Executor, opts.Token = *executorID, *token
+		dialCfg.Executor, dialCfg.Token = *executorID, *token
 	default:
 		if url == "" {
 			url = os.Getenv("OUTPOST_TARGET")
@@ -118,11 +118,11 @@ func cmdBridge(args []string, stdout, stderr io.Writer) int {
 	defer log.Sync()
 
 	dial := func(ctx context.Context, clientName string) (*client.Remote, error) {
-		o := opts
+		c := dialCfg
 		if clientName != "" {
-			o.ClientName += " for " + clientName
+			c.ClientName += " for " + clientName
 		}
-		return client.Dial(ctx, url, o)
+		return client.Dial(ctx, url, c)
 	}
 	// Reach the executor once now, so a wrong URL, pin or token fails here
 	// rather than in codex.
@@ -153,7 +153,7 @@ func cmdBridge(args []string, stdout, stderr io.Writer) int {
 		f.Sync()
 	}
 	log.Info("bridge listening", zap.String("url", l.URL()), zap.String("executor", executorURL.Base()),
-		zap.String("executor_id", opts.Executor), zap.Bool("token", connToken != ""))
+		zap.String("executor_id", dialCfg.Executor), zap.Bool("token", connToken != ""))
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	<-ctx.Done()

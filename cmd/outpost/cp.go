@@ -87,13 +87,13 @@ through here. Every file is checked end to end with sha256.
 		if f := conns[o.executor]; f != nil {
 			return f, 0
 		}
-		url, opts := *target, client.Options{ClientName: "outpost-cp"}
+		url, dialCfg := *target, client.Config{ClientName: "outpost-cp"}
 		if o.executor != "" {
 			if *relayURL == "" {
 				fmt.Fprintf(stderr, "outpost cp: %s:PATH needs --relay (or $OUTPOST_RELAY)\n", o.executor)
 				return nil, exitUsage
 			}
-			url, opts.Executor, opts.Token = *relayURL, o.executor, *token
+			url, dialCfg.Executor, dialCfg.Token = *relayURL, o.executor, *token
 		}
 		if url == "" {
 			url = os.Getenv("OUTPOST_TARGET")
@@ -105,7 +105,7 @@ through here. Every file is checked end to end with sha256.
 			fmt.Fprintln(stderr, "outpost cp: no executor: give --target (or $OUTPOST_TARGET) for :PATH, or --relay for EXECUTOR:PATH")
 			return nil, exitUsage
 		}
-		env, err := client.Dial(ctx, url, opts)
+		env, err := client.Dial(ctx, url, dialCfg)
 		if err != nil {
 			fmt.Fprintf(stderr, "outpost cp: cannot reach the executor: %v\n", err)
 			return nil, exitTransport

@@ -79,7 +79,7 @@ func cmdDemo(args []string, stdout, stderr io.Writer) int {
 	joined := make(chan struct{}, 1)
 	joinDone := make(chan error, 1)
 	go func() {
-		joinDone <- srv.Join(joinCtx, executor.JoinOptions{RelayURL: relayURL, Key: execKey.Keypair(), ID: "demo", Token: joinToken,
+		joinDone <- srv.Join(joinCtx, executor.JoinConfig{RelayURL: relayURL, Key: execKey.Keypair(), ID: "demo", Token: joinToken,
 			Joined: func() { joined <- struct{}{} }})
 	}()
 	defer func() {
@@ -103,7 +103,7 @@ func cmdDemo(args []string, stdout, stderr io.Writer) int {
 	}
 	clientKey, _ := identity.Generate()
 	t1 := time.Now()
-	env, err := client.Dial(ctx, relayURL, client.Options{Key: clientKey, Executor: "demo", Token: clientToken, Pin: execKey.PublicKey().Fingerprint()})
+	env, err := client.Dial(ctx, relayURL, client.Config{Key: clientKey, Executor: "demo", Token: clientToken, Pin: execKey.PublicKey().Fingerprint()})
 	if err != nil {
 		return fail(err)
 	}

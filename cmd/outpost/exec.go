@@ -89,7 +89,7 @@ func cmdExec(args []string, stdout, stderr io.Writer) int {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	url := *target
-	dialOpts := client.Options{ClientName: "outpost-exec", OfflineGrace: *offlineGrace, RecoveryTimeout: *recovery}
+	dialCfg := client.Config{ClientName: "outpost-exec", OfflineGrace: *offlineGrace, RecoveryTimeout: *recovery}
 	// Tracing, when OTEL_EXPORTER_OTLP_ENDPOINT is set: one span for this
 	// run, under $TRACEPARENT if a caller (a CI job, an agent) passes one.
 	tp, flushTraces, err := tracing.FromEnv(ctx, "outpost-exec")
@@ -97,7 +97,7 @@ func cmdExec(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "outpost exec: tracing off:", err)
 	} else if tp != nil {
 		defer flushSpans(flushTraces)
-		dialOpts.TracerProvider = tp
+		dialCfg.TracerProvider = tp
 		ctx = tracing.Extract(ctx, os.Getenv("TRACEPARENT"), os.Getenv("TRACESTATE"))
 		var span trace.Span
 		ctx, span = tracing.Tracer(tp).Start(ctx, "outpost exec", trace.WithAttributes(attribute.String("process.executable.name", filepath.Base(argv[0]))))
@@ -105,7 +105,7 @@ func cmdExec(args []string, stdout, stderr io.Writer) int {
 	}
 	if *executorID != "" {
 		url = *relayURL
-		dialOpts.Executor, dialOpts.Token = *executorID, *token
+		dialCfg.Executor, dialCfg.Token = *executorID, *token
 	}
 	if url == "" {
 		url = os.Getenv("OUTPOST_TARGET")
@@ -120,7 +120,7 @@ func cmdExec(args []string, stdout, stderr io.Writer) int {
 			*cwd, _ = os.Getwd()
 		}
 	} else {
-		environment, err = client.Dial(ctx, url, dialOpts)
+		environment, err = client.Dial(ctx, url, dialCfg)
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "outpost exec: cannot reach the executor: %v\n", err)

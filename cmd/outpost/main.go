@@ -443,7 +443,7 @@ func cmdExecutorServe(args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintln(stderr, "outpost:", err)
 			return 1
 		}
-		opts := executor.NativeOptions{Key: key.Keypair(), HandshakeTimeout: *handshakeTimeout, FirstByteTimeout: *firstByteTimeout,
+		nativeCfg := executor.NativeConfig{Key: key.Keypair(), HandshakeTimeout: *handshakeTimeout, FirstByteTimeout: *firstByteTimeout,
 			MaxFailedHandshakes: *maxFailed, MaxHandshakes: *maxHandshakes, MaxHandshakesPerAddress: *maxPerAddr}
 		if *authorized != "" {
 			allow, err := identity.LoadAllowList(*authorized)
@@ -451,7 +451,7 @@ func cmdExecutorServe(args []string, stdout, stderr io.Writer) int {
 				fmt.Fprintln(stderr, "outpost:", err)
 				return 2
 			}
-			opts.Authorize = func(peer []byte) error {
+			nativeCfg.Authorize = func(peer []byte) error {
 				var k identity.PublicKey
 				copy(k[:], peer)
 				if !allow.Allowed(k) {
@@ -462,7 +462,7 @@ func cmdExecutorServe(args []string, stdout, stderr io.Writer) int {
 			}
 			log.Info("client allow-list loaded", zap.String("file", *authorized), zap.Int("keys", allow.Len()))
 		}
-		l, err := srv.ListenNative(*listen, opts)
+		l, err := srv.ListenNative(*listen, nativeCfg)
 		if err != nil {
 			fmt.Fprintln(stderr, "outpost: listen:", err)
 			return 1
@@ -501,7 +501,7 @@ func cmdExecutorServe(args []string, stdout, stderr io.Writer) int {
 		}
 		return 0
 	default:
-		l, err := srv.ListenWS(lu.Addr, executor.WSOptions{Token: token})
+		l, err := srv.ListenWS(lu.Addr, executor.WSConfig{Token: token})
 		if err != nil {
 			fmt.Fprintln(stderr, "outpost: listen:", err)
 			return 1

@@ -115,10 +115,10 @@ func TestServeShutsDownOnSIGTERMTellingClientsHowTheirProcessesEnded(t *testing.
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	if _, err := client.Dial(ctx, url, client.Options{}); err == nil {
+	if _, err := client.Dial(ctx, url, client.Config{}); err == nil {
 		t.Fatal("connected without the token")
 	}
-	s, err := client.Dial(ctx, url, client.Options{Token: "tok"})
+	s, err := client.Dial(ctx, url, client.Config{Token: "tok"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -209,7 +209,7 @@ func TestServeTCPPersistsItsKeyAndPrintsTheFingerprint(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	env, err := client.Dial(ctx, url, client.Options{KeyFile: filepath.Join(t.TempDir(), "client.key")})
+	env, err := client.Dial(ctx, url, client.Config{KeyFile: filepath.Join(t.TempDir(), "client.key")})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -236,10 +236,10 @@ func TestServeRefusesClientsOutsideTheAllowList(t *testing.T) {
 	url, _ := startServe(t, "--listen", "unix://"+filepath.Join(dir, "exec.sock"), "--state-dir", dir, "--authorized-clients", list)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	if _, err := client.Dial(ctx, url, client.Options{Key: stranger}); err == nil || !strings.Contains(err.Error(), "not authorised") {
+	if _, err := client.Dial(ctx, url, client.Config{Key: stranger}); err == nil || !strings.Contains(err.Error(), "not authorised") {
 		t.Fatalf("stranger: %v", err)
 	}
-	env, err := client.Dial(ctx, url, client.Options{Key: allowed})
+	env, err := client.Dial(ctx, url, client.Config{Key: allowed})
 	if err != nil {
 		t.Fatal(err)
 	}

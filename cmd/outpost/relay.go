@@ -306,7 +306,7 @@ func cmdExecutorJoin(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "outpost:", err)
 		return 1
 	}
-	opts := executor.JoinOptions{RelayURL: *relayURL, Key: key.Keypair(), ID: *id, Token: *token, Labels: labels, Version: version,
+	joinCfg := executor.JoinConfig{RelayURL: *relayURL, Key: key.Keypair(), ID: *id, Token: *token, Labels: labels, Version: version,
 		HandshakeTimeout: *handshakeTimeout, FirstByteTimeout: *firstByteTimeout, MaxHandshakes: *maxHandshakes, MaxHandshakesPerAddress: *maxPerSession}
 	if *authorized != "" {
 		allow, err := identity.LoadAllowList(*authorized)
@@ -314,7 +314,7 @@ func cmdExecutorJoin(args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintln(stderr, "outpost:", err)
 			return exitUsage
 		}
-		opts.Authorize = func(peer []byte) error {
+		joinCfg.Authorize = func(peer []byte) error {
 			var k identity.PublicKey
 			copy(k[:], peer)
 			if !allow.Allowed(k) {
@@ -331,7 +331,7 @@ func cmdExecutorJoin(args []string, stdout, stderr io.Writer) int {
 	ctx, leave := context.WithCancel(context.Background())
 	defer leave()
 	joinDone := make(chan error, 1)
-	go func() { joinDone <- srv.Join(ctx, opts) }()
+	go func() { joinDone <- srv.Join(ctx, joinCfg) }()
 	select {
 	case err = <-joinDone:
 	case <-sigCtx.Done():
@@ -365,7 +365,7 @@ func cmdExecutorsLs(args []string, stdout, stderr io.Writer) int {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	list, err := client.ListExecutors(ctx, *relayURL, client.Options{Token: *token})
+	list, err := client.ListExecutors(ctx, *relayURL, client.Config{Token: *token})
 	if err != nil {
 		fmt.Fprintln(stderr, "outpost:", err)
 		return exitTransport

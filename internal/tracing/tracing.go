@@ -14,7 +14,7 @@
 //	executor  process              spawn to close: exit code, signal,
 //	                               sandbox denial, evicted output
 //
-// A nil TracerProvider in a Config or Options means no spans and no cost.
+// A nil TracerProvider in a Config means no spans and no cost.
 package tracing
 
 import (
