@@ -37,10 +37,7 @@ func cmdBridge(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprint(stderr, bridgeUsage, "\nFlags:\n")
 		fs.PrintDefaults()
 	}
-	target := fs.String("target", "", "executor URL (tcp://HOST:PORT#<fingerprint> or unix:///path); default $OUTPOST_TARGET or the config file")
-	relayURL := fs.String("relay", os.Getenv("OUTPOST_RELAY"), "relay URL outpost://HOST:PORT#<fingerprint> (with --executor)")
-	executorID := fs.String("executor", "", "executor id at the relay")
-	token := fs.String("token", os.Getenv("OUTPOST_TOKEN"), "client token for the relay (default $OUTPOST_TOKEN)")
+	rf := addRemoteFlags(fs)
 	listen := fs.String("listen", "ws://127.0.0.1:0", "where codex connects: ws://IP:PORT (not loopback: needs OUTPOST_CONNECTION_TOKEN)")
 	detachedTTL := fs.Duration("detached-ttl", bridge.DefaultDetachedTTL, "how long a disconnected codex session (its upstream connection and processes) is kept for resumption")
 	maxSessions := fs.Int("max-sessions", bridge.DefaultMaxSessions, "codex sessions, attached or detached (the longest-detached makes room)")
@@ -59,39 +56,26 @@ func cmdBridge(args []string, stdout, stderr io.Writer) int {
 	if fs.NArg() > 0 {
 		return usageErr("unexpected argument %q", fs.Arg(0))
 	}
-	relaySet := false
-	fs.Visit(func(f *flag.Flag) { relaySet = relaySet || f.Name == "relay" })
-
 	// The executor, as outpost exec finds it: --relay with --executor, or
-	// --target, $OUTPOST_TARGET, the config file.
-	url := *target
+	// --target, from flags, the environment or the config file.
+	where, err := rf.resolve()
+	if err != nil {
+		return usageErr("%v", err)
+	}
+	url := where.URL
 	var executorURL transport.URL
 	dialCfg := client.Config{ClientName: "outpost-bridge", OfflineGrace: *offlineGrace, RecoveryTimeout: *recovery}
 	switch {
-	case relaySet && *executorID == "":
-		return usageErr("--relay needs --executor (the id of the executor to reach through it)")
-	case *executorID != "" && *relayURL == "":
-		return usageErr("--executor needs --relay (or $OUTPOST_RELAY)")
-	case *executorID != "" && *target != "":
-		return usageErr("give --target, or --relay with --executor, not both")
-	case *executorID != "":
-		u, err := transport.ParseURL(*relayURL, transport.SchemeRelay, transport.SchemeRelayWS)
+	case where.Executor != "":
+		u, err := transport.ParseURL(where.Relay, transport.SchemeRelay, transport.SchemeRelayWS)
 		if err != nil {
 			return usageErr("--relay: %v", err)
 		}
 		executorURL = u
-		url = *relayURL
-		dialCfg.Executor, dialCfg.Token = *executorID, *token
+		dialCfg.Executor, dialCfg.Token = where.Executor, where.Token
+	case url == "":
+		return usageErr("no executor: give --target tcp://HOST:PORT#<fingerprint> (or $OUTPOST_TARGET), or --relay URL --executor ID")
 	default:
-		if url == "" {
-			url = os.Getenv("OUTPOST_TARGET")
-		}
-		if url == "" {
-			url = configTarget()
-		}
-		if url == "" {
-			return usageErr("no executor: give --target tcp://HOST:PORT#<fingerprint> (or $OUTPOST_TARGET), or --relay URL --executor ID")
-		}
 		u, err := transport.ParseURL(url, transport.SchemeTCP, transport.SchemeUnix)
 		if err != nil {
 			return usageErr("target: %v (want tcp://HOST:PORT#<fingerprint> or unix:///path#<fingerprint>, the native transport; a relay is --relay with --executor)", err)

@@ -51,13 +51,14 @@ through here. Every file is checked end to end with sha256.
 	}
 	recursive := fs.Bool("r", false, "copy directories recursively")
 	target := fs.String("target", "", "executor URL for :PATH operands (default $OUTPOST_TARGET or the config file)")
-	relayURL := fs.String("relay", os.Getenv("OUTPOST_RELAY"), "relay URL for EXECUTOR:PATH operands")
-	token := fs.String("token", os.Getenv("OUTPOST_TOKEN"), "client token for the relay")
+	relayURL := fs.String("relay", "", "relay URL for EXECUTOR:PATH operands (default $OUTPOST_RELAY or \"relay =\" in the config file)")
+	token := fs.String("token", "", "client token for the relay (default $OUTPOST_TOKEN or \"token =\" in the config file; never printed)")
 	mode := fs.String("sandbox", "", "judge the remote side by this sandbox mode (read-only, workspace-write, full-access)")
 	quiet := fs.Bool("q", false, "no progress bar")
 	if err := fs.Parse(args); err != nil {
 		return exitUsage
 	}
+	*relayURL, *token = orDefault(*relayURL, "OUTPOST_RELAY", "relay"), orDefault(*token, "OUTPOST_TOKEN", "token")
 	if fs.NArg() != 2 {
 		fs.Usage()
 		return exitUsage

@@ -22,7 +22,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/outpost-exec/outpost/client"
-	"github.com/outpost-exec/outpost/identity"
 	"github.com/outpost-exec/outpost/internal/tracing"
 	"github.com/outpost-exec/outpost/protocol"
 )
@@ -46,10 +45,7 @@ func (e *envFlags) Set(v string) error { *e = append(*e, v); return nil }
 func cmdExec(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("outpost exec", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	target := fs.String("target", "", "executor URL (tcp://, unix://, ws://, stdio://); default $OUTPOST_TARGET, the config file, or this machine")
-	relayURL := fs.String("relay", os.Getenv("OUTPOST_RELAY"), "relay URL outpost://HOST:PORT#<fingerprint> (with --executor)")
-	executorID := fs.String("executor", "", "executor id at the relay")
-	token := fs.String("token", os.Getenv("OUTPOST_TOKEN"), "client token for the relay (default $OUTPOST_TOKEN)")
+	rf := addRemoteFlags(fs) // none given: this machine
 	mode := fs.String("sandbox", "", "sandbox: read-only, workspace-write or full-access (default: none)")
 	network := fs.Bool("network", false, "allow network access in the sandbox")
 	cwd := fs.String("cwd", "", "working directory on the executor (default: the current directory when local)")
@@ -68,8 +64,9 @@ func cmdExec(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "usage: outpost exec [flags] -- CMD [ARGS...]")
 		return exitUsage
 	}
-	if (*relayURL != "") != (*executorID != "") && *executorID != "" {
-		fmt.Fprintln(stderr, "outpost exec: --executor needs --relay (or $OUTPOST_RELAY)")
+	where, err := rf.resolve()
+	if err != nil {
+		fmt.Fprintln(stderr, "outpost exec:", err)
 		return exitUsage
 	}
 	env := map[string]string{}
@@ -88,7 +85,7 @@ func cmdExec(args []string, stdout, stderr io.Writer) int {
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	url := *target
+	url := where.URL
 	dialCfg := client.Config{ClientName: "outpost-exec", OfflineGrace: *offlineGrace, RecoveryTimeout: *recovery}
 	// Tracing, when OTEL_EXPORTER_OTLP_ENDPOINT is set: one span for this
 	// run, under $TRACEPARENT if a caller (a CI job, an agent) passes one.
@@ -103,16 +100,7 @@ func cmdExec(args []string, stdout, stderr io.Writer) int {
 		ctx, span = tracing.Tracer(tp).Start(ctx, "outpost exec", trace.WithAttributes(attribute.String("process.executable.name", filepath.Base(argv[0]))))
 		defer span.End()
 	}
-	if *executorID != "" {
-		url = *relayURL
-		dialCfg.Executor, dialCfg.Token = *executorID, *token
-	}
-	if url == "" {
-		url = os.Getenv("OUTPOST_TARGET")
-	}
-	if url == "" {
-		url = configTarget()
-	}
+	dialCfg.Executor, dialCfg.Token = where.Executor, where.Token
 	var environment client.Environment
 	if url == "" {
 		environment, err = client.Local(ctx)
@@ -282,20 +270,6 @@ func forwardStdin(ctx context.Context, p *client.Process, tty bool) {
 			return
 		}
 	}
-}
-
-// configTarget reads "target = URL" from <config dir>/config.
-func configTarget() string {
-	b, err := os.ReadFile(filepath.Join(identity.DefaultConfigDir(), "config"))
-	if err != nil {
-		return ""
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if k, v, ok := strings.Cut(line, "="); ok && strings.TrimSpace(k) == "target" {
-			return strings.TrimSpace(v)
-		}
-	}
-	return ""
 }
 
 func isTerminal(f *os.File) bool {

@@ -358,11 +358,12 @@ func cmdExecutorJoin(args []string, stdout, stderr io.Writer) int {
 func cmdExecutorsLs(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("outpost executors ls", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	relayURL := fs.String("relay", os.Getenv("OUTPOST_RELAY"), "relay URL")
-	token := fs.String("token", os.Getenv("OUTPOST_TOKEN"), "client token")
+	relayURL := fs.String("relay", "", "relay URL (default $OUTPOST_RELAY or \"relay =\" in the config file)")
+	token := fs.String("token", "", "client token (default $OUTPOST_TOKEN or \"token =\" in the config file; never printed)")
 	if err := fs.Parse(args); err != nil {
 		return exitUsage
 	}
+	*relayURL, *token = orDefault(*relayURL, "OUTPOST_RELAY", "relay"), orDefault(*token, "OUTPOST_TOKEN", "token")
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	list, err := client.ListExecutors(ctx, *relayURL, client.Config{Token: *token})

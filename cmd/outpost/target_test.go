@@ -1,0 +1,105 @@
+package main
+
+import (
+	"bytes"
+	"flag"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// A relay named anywhere — flag, environment, config file — without an
+// executor must not run the command on this machine.
+func TestExecWithARelayButNoExecutorIsAUsageErrorNotALocalRun(t *testing.T) {
+	for _, name := range []string{"OUTPOST_RELAY", "OUTPOST_TARGET", "OUTPOST_TOKEN", "OUTPOST_EXECUTOR"} {
+		unsetenv(t, name)
+	}
+	relayURL := "outpost://127.0.0.1:1#" + strings.Repeat("A", 43)
+	for name, setup := range map[string]func(t *testing.T) []string{
+		"flag": func(t *testing.T) []string { return []string{"--relay", relayURL, "--token", "t"} },
+		"env": func(t *testing.T) []string {
+			t.Setenv("OUTPOST_RELAY", relayURL)
+			t.Setenv("OUTPOST_TOKEN", "t")
+			return nil
+		},
+		"config file": func(t *testing.T) []string {
+			os.MkdirAll(filepath.Join(os.Getenv("XDG_CONFIG_HOME"), "outpost"), 0o700)
+			os.WriteFile(filepath.Join(os.Getenv("XDG_CONFIG_HOME"), "outpost", "config"), []byte("relay = "+relayURL+"\ntoken = t\n"), 0o600)
+			return nil
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Setenv("XDG_CONFIG_HOME", t.TempDir())
+			marker := filepath.Join(t.TempDir(), "ran-here")
+			args := append(append([]string{"exec"}, setup(t)...), "--", "touch", marker)
+			var out, errb bytes.Buffer
+			if code := run(args, &out, &errb); code != exitUsage {
+				t.Fatalf("exit %d, want %d (stderr %q)", code, exitUsage, errb.String())
+			}
+			if !strings.Contains(errb.String(), "--executor") {
+				t.Fatalf("the error must name --executor: %q", errb.String())
+			}
+			if _, err := os.Stat(marker); err == nil {
+				t.Fatal("the command ran on this machine")
+			}
+		})
+	}
+}
+
+func TestRemoteResolutionOrderAndConflicts(t *testing.T) {
+	for _, name := range []string{"OUTPOST_RELAY", "OUTPOST_TARGET", "OUTPOST_TOKEN", "OUTPOST_EXECUTOR"} {
+		unsetenv(t, name)
+	}
+	t.Setenv("XDG_CONFIG_HOME", t.TempDir())
+	os.MkdirAll(filepath.Join(os.Getenv("XDG_CONFIG_HOME"), "outpost"), 0o700)
+	os.WriteFile(filepath.Join(os.Getenv("XDG_CONFIG_HOME"), "outpost", "config"), []byte("# mine\nrelay = cfg-relay\ntoken = cfg-token\n"), 0o600)
+	resolve := func(args ...string) (remote, error) {
+		fs := flag.NewFlagSet("t", flag.ContinueOnError)
+		fs.SetOutput(io.Discard)
+		rf := addRemoteFlags(fs)
+		if err := fs.Parse(args); err != nil {
+			t.Fatal(err)
+		}
+		return rf.resolve()
+	}
+	t.Setenv("OUTPOST_EXECUTOR", "env-exec")
+	r, err := resolve()
+	if err != nil || r.URL != "cfg-relay" || r.Executor != "env-exec" || r.Token != "cfg-token" {
+		t.Fatalf("env executor + config relay/token: %+v %v", r, err)
+	}
+	r, err = resolve("--relay", "flag-relay", "--token", "flag-token")
+	if err != nil || r.URL != "flag-relay" || r.Token != "flag-token" || r.Executor != "env-exec" {
+		t.Fatalf("flags win: %+v %v", r, err)
+	}
+	r, err = resolve("--target", "tcp://h:1")
+	if err != nil || r.URL != "tcp://h:1" || r.Executor != "" {
+		t.Fatalf("an explicit --target wins over the environment's relay: %+v %v", r, err)
+	}
+	if _, err := resolve("--target", "tcp://h:1", "--executor", "x"); err == nil || !strings.Contains(err.Error(), "not both") {
+		t.Fatalf("--target with --executor: %v", err)
+	}
+	t.Setenv("OUTPOST_EXECUTOR", "")
+	os.Remove(filepath.Join(os.Getenv("XDG_CONFIG_HOME"), "outpost", "config"))
+	if _, err := resolve("--executor", "x"); err == nil || !strings.Contains(err.Error(), "--executor needs --relay") {
+		t.Fatalf("an executor without a relay: %v", err)
+	}
+	if r, err := resolve(); err != nil || r.URL != "" {
+		t.Fatalf("nothing named: this machine, got %+v %v", r, err)
+	}
+}
+
+// A token in the environment never shows in usage or error output.
+func TestUsageNeverPrintsTheToken(t *testing.T) {
+	const secret = "opt_SECRET-token-value"
+	t.Setenv("OUTPOST_TOKEN", secret)
+	t.Setenv("OUTPOST_RELAY", "outpost://secret-relay.example:7443#x")
+	for _, args := range [][]string{{"exec", "--nope"}, {"cp", "--nope"}, {"bridge", "--nope"}, {"executors", "ls", "--nope"}, {"exec", "-h"}} {
+		var out, errb bytes.Buffer
+		run(args, &out, &errb)
+		if strings.Contains(out.String()+errb.String(), secret) || strings.Contains(out.String()+errb.String(), "secret-relay") {
+			t.Errorf("%v printed a secret:\n%s%s", args, out.String(), errb.String())
+		}
+	}
+}
