@@ -46,8 +46,8 @@ func cmdBridge(args []string, stdout, stderr io.Writer) int {
 	recovery := fs.Duration("reconnect-for", 0, "how long to keep trying to resume after the upstream connection drops (default 25s)")
 	var lf logFlags
 	lf.register(fs)
-	if err := fs.Parse(args); err != nil {
-		return exitUsage
+	if code, ok := parseArgs(fs, args, stdout); !ok {
+		return code
 	}
 	usageErr := func(format string, a ...any) int {
 		fmt.Fprintf(stderr, "outpost bridge: "+format+"\n", a...)

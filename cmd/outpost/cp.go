@@ -55,8 +55,8 @@ through here. Every file is checked end to end with sha256.
 	token := fs.String("token", "", "client token for the relay (default $OUTPOST_TOKEN or \"token =\" in the config file; never printed)")
 	mode := fs.String("sandbox", "", "judge the remote side by this sandbox mode (read-only, workspace-write, full-access)")
 	quiet := fs.Bool("q", false, "no progress bar")
-	if err := fs.Parse(args); err != nil {
-		return exitUsage
+	if code, ok := parseArgs(fs, args, stdout); !ok {
+		return code
 	}
 	*relayURL, *token = orDefault(*relayURL, "OUTPOST_RELAY", "relay"), orDefault(*token, "OUTPOST_TOKEN", "token")
 	if fs.NArg() != 2 {

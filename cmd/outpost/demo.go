@@ -27,8 +27,8 @@ import (
 func cmdDemo(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("outpost demo", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	if err := fs.Parse(args); err != nil {
-		return 2
+	if code, ok := parseArgs(fs, args, stdout); !ok {
+		return code
 	}
 	argv := fs.Args()
 	if len(argv) == 0 {

@@ -56,8 +56,8 @@ func cmdExec(args []string, stdout, stderr io.Writer) int {
 	jsonOut := fs.Bool("json", false, "write one JSON event per line instead of the command's output")
 	offlineGrace := fs.Duration("offline-grace", 0, "through a relay: how long to keep resuming while the executor is reported offline (default 5s)")
 	recovery := fs.Duration("reconnect-for", 0, "how long to keep trying to resume after the connection drops (default 25s)")
-	if err := fs.Parse(args); err != nil {
-		return exitUsage
+	if code, ok := parseArgs(fs, args, stdout); !ok {
+		return code
 	}
 	argv := fs.Args()
 	if len(argv) == 0 {
@@ -77,6 +77,18 @@ func cmdExec(args []string, stdout, stderr io.Writer) int {
 			return exitUsage
 		}
 		env[k] = v
+	}
+	if *tty {
+		// As ssh and docker exec -t do: the terminal's type, and the
+		// user's locale (ssh's SendEnv habit), unless --env set them.
+		for _, kv := range os.Environ() {
+			k, v, _ := strings.Cut(kv, "=")
+			if k == "TERM" || k == "COLORTERM" || k == "LANG" || strings.HasPrefix(k, "LC_") {
+				if _, set := env[k]; !set {
+					env[k] = v
+				}
+			}
+		}
 	}
 	var sandboxPolicy any
 	if *mode != "" {

@@ -118,10 +118,14 @@ func run(args []string, stdout, stderr io.Writer) int {
 		}
 		fmt.Fprintf(stderr, "outpost executor: unknown command %q\n", args[1])
 		return 2
-	case "version", "--version":
-		fmt.Fprintln(stdout, "outpost", version)
+	case "version", "--version", "-v":
+		fmt.Fprintln(stdout, "outpost", buildVersion())
 		return 0
 	case "help", "-h", "--help":
+		if len(args) > 1 && args[0] == "help" {
+			// outpost help exec → outpost exec --help
+			return run(append(append([]string(nil), args[1:]...), "--help"), stdout, stderr)
+		}
 		fmt.Fprint(stdout, usage)
 		return 0
 	}
@@ -382,8 +386,8 @@ func cmdExecutorServe(args []string, stdout, stderr io.Writer) int {
 	maxPerAddr := fs.Int("max-handshakes-per-address", executor.DefaultMaxHandshakesPerAddress, "tcp:// and unix://: connections still in their handshake per address (IPv4, IPv6 /64, or unix peer uid)")
 	var lf logFlags
 	lf.register(fs)
-	if err := fs.Parse(args); err != nil {
-		return 2
+	if code, ok := parseArgs(fs, args, stdout); !ok {
+		return code
 	}
 	log, err := lf.build(stderr)
 	if err != nil {
@@ -542,8 +546,8 @@ func cmdDoctor(args []string, stdout, stderr io.Writer) int {
 	var memoryMax sizeFlag
 	fs.Var(&memoryMax, "memory-max", "also check that a per-command memory limit can be enforced")
 	pidsMax := fs.Int64("pids-max", 0, "also check that a per-command process limit can be enforced")
-	if err := fs.Parse(args); err != nil {
-		return 2
+	if code, ok := parseArgs(fs, args, stdout); !ok {
+		return code
 	}
 	m, err := sandbox.ParseMode(*mode)
 	if err != nil {

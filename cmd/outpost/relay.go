@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -52,8 +51,8 @@ func cmdRelayServe(args []string, stdout, stderr io.Writer) int {
 	drainTimeout := fs.Duration("drain-timeout", 30*time.Second, "on SIGTERM, how long open client streams may run on before they are cut (executors are told to reconnect at once)")
 	var lf logFlags
 	lf.register(fs)
-	if err := fs.Parse(args); err != nil {
-		return exitUsage
+	if code, ok := parseArgs(fs, args, stdout); !ok {
+		return code
 	}
 	log, err := lf.build(stderr)
 	if err != nil {
@@ -167,8 +166,8 @@ func cmdToken(args []string, stdout, stderr io.Writer) int {
 		executors := fs.String("executors", "*", "client tokens: executor ids it may reach (comma-separated globs)")
 		labels := labelFlags{}
 		fs.Var(labels, "label", "join tokens: k=v label for the executor (repeatable)")
-		if err := fs.Parse(args[1:]); err != nil {
-			return exitUsage
+		if code, ok := parseArgs(fs, args[1:], stdout); !ok {
+			return code
 		}
 		if *join == *cli {
 			fmt.Fprintln(stderr, "outpost token create: say --join or --client")
@@ -192,8 +191,8 @@ func cmdToken(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "token %s (%s) created; the secret above is shown only once\n", tok.ID, tok.Kind)
 		return 0
 	case "ls":
-		if err := fs.Parse(args[1:]); err != nil {
-			return exitUsage
+		if code, ok := parseArgs(fs, args[1:], stdout); !ok {
+			return code
 		}
 		store, err := tokenStore(*stateDir)
 		if err != nil {
@@ -268,8 +267,8 @@ func cmdExecutorJoin(args []string, stdout, stderr io.Writer) int {
 	cfg, backend := executorLimitFlags(fs)
 	var lf logFlags
 	lf.register(fs)
-	if err := fs.Parse(args); err != nil {
-		return exitUsage
+	if code, ok := parseArgs(fs, args, stdout); !ok {
+		return code
 	}
 	if *relayURL == "" {
 		fmt.Fprintln(stderr, "outpost executor join: --relay is required")
@@ -360,8 +359,8 @@ func cmdExecutorsLs(args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	relayURL := fs.String("relay", "", "relay URL (default $OUTPOST_RELAY or \"relay =\" in the config file)")
 	token := fs.String("token", "", "client token (default $OUTPOST_TOKEN or \"token =\" in the config file; never printed)")
-	if err := fs.Parse(args); err != nil {
-		return exitUsage
+	if code, ok := parseArgs(fs, args, stdout); !ok {
+		return code
 	}
 	*relayURL, *token = orDefault(*relayURL, "OUTPOST_RELAY", "relay"), orDefault(*token, "OUTPOST_TOKEN", "token")
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -408,11 +407,8 @@ func cmdExecutorsRevoke(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprint(fs.Output(), executorsRevokeUsage)
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return exitUsage
+	if code, ok := parseArgs(fs, args, stdout); !ok {
+		return code
 	}
 	if fs.NArg() != 1 {
 		fs.Usage()

@@ -192,8 +192,8 @@ func TestExecutorsRevokeHelpAndErrors(t *testing.T) {
 		t.Fatalf("--help: exit %d", code)
 	}
 	for _, want := range []string{"usage: outpost executors revoke [--state-dir DIR] ID", "key for good", "under any id", "known_executors", "-state-dir"} {
-		if !strings.Contains(errb.String(), want) {
-			t.Errorf("--help lacks %q:\n%s", want, errb.String())
+		if !strings.Contains(out.String(), want) { // help goes to stdout
+			t.Errorf("--help lacks %q:\n%s", want, out.String())
 		}
 	}
 	errb.Reset()

@@ -1,10 +1,13 @@
 package main
 
 import (
+	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"strings"
 
 	"github.com/outpost-exec/outpost/identity"
@@ -124,4 +127,59 @@ func orDefault(v, env, key string) string {
 		return e
 	}
 	return configValues()[key]
+}
+
+// parseArgs parses a command's flags. -h or --help prints the command's
+// usage on stdout and ends it with 0, as help should; a bad flag prints it
+// on stderr and ends it with 2.
+func parseArgs(fs *flag.FlagSet, args []string, stdout io.Writer) (code int, ok bool) {
+	for _, a := range args {
+		if a == "--" {
+			break
+		}
+		if a == "-h" || a == "-help" || a == "--help" {
+			fs.SetOutput(stdout)
+		}
+	}
+	err := fs.Parse(args)
+	switch {
+	case err == nil:
+		return 0, true
+	case errors.Is(err, flag.ErrHelp):
+		return 0, false
+	}
+	return exitUsage, false
+}
+
+// buildVersion is the version, with the commit and its time when the
+// binary records them (go build from a checkout does).
+func buildVersion() string {
+	v := version
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return v
+	}
+	var rev, at, dirty string
+	for _, s := range bi.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			rev = s.Value
+		case "vcs.time":
+			at = s.Value
+		case "vcs.modified":
+			if s.Value == "true" {
+				dirty = ", modified"
+			}
+		}
+	}
+	if v == "dev" && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
+		v = bi.Main.Version
+	}
+	if rev == "" {
+		return v + " (" + bi.GoVersion + ")"
+	}
+	if len(rev) > 12 {
+		rev = rev[:12]
+	}
+	return fmt.Sprintf("%s (commit %s, %s%s, %s)", v, rev, at, dirty, bi.GoVersion)
 }

@@ -103,3 +103,34 @@ func TestUsageNeverPrintsTheToken(t *testing.T) {
 		}
 	}
 }
+
+// --tty passes the terminal's type and the locale, as ssh does.
+func TestExecTTYPassesTERMAndTheLocale(t *testing.T) {
+	for _, name := range []string{"OUTPOST_RELAY", "OUTPOST_TARGET", "OUTPOST_TOKEN", "OUTPOST_EXECUTOR"} {
+		unsetenv(t, name)
+	}
+	t.Setenv("XDG_CONFIG_HOME", t.TempDir())
+	t.Setenv("TERM", "xterm-outpost-test")
+	t.Setenv("LC_MESSAGES", "C.UTF-8")
+	out, stderr, code := outpostExec(t, "", "--tty", "--", "sh", "-c", "echo term=$TERM lc=$LC_MESSAGES")
+	if code != 0 || !strings.Contains(out, "term=xterm-outpost-test lc=C.UTF-8") {
+		t.Fatalf("exit %d, output %q (stderr %q)", code, out, stderr)
+	}
+	out, _, _ = outpostExec(t, "", "--tty", "--env", "TERM=dumb", "--", "sh", "-c", "echo term=$TERM")
+	if !strings.Contains(out, "term=dumb") {
+		t.Fatalf("--env must win: %q", out)
+	}
+}
+
+func TestHelpExitsZeroOnStdout(t *testing.T) {
+	for _, args := range [][]string{{"exec", "-h"}, {"help", "exec"}, {"cp", "--help"}, {"executor", "serve", "-h"}} {
+		var out, errb bytes.Buffer
+		if code := run(args, &out, &errb); code != 0 || !strings.Contains(out.String(), "-") {
+			t.Errorf("%v: exit %d, stdout %q, stderr %q", args, code, out.String(), errb.String())
+		}
+	}
+	var out, errb bytes.Buffer
+	if code := run([]string{"exec", "--nope"}, &out, &errb); code != exitUsage || errb.Len() == 0 {
+		t.Errorf("a bad flag: exit %d on stderr %q", code, errb.String())
+	}
+}
