@@ -161,6 +161,11 @@ func TestSignalDeathWhileDetachedIsReportedAfterResume(t *testing.T) {
 	px := startGateProxy(t, ex.ln.Addr().String())
 	env := dial(t, px.url(ex), Config{RecoveryTimeout: 20 * time.Second})
 	check := func(t *testing.T, run func(pidFile string) (exit Event, execErr error)) {
+		// The previous case's recovery may still be under way: a retried
+		// call waits for the connection before this case starts.
+		if _, err := env.Info(ctxT(t)); err != nil {
+			t.Fatal(err)
+		}
 		pidFile := filepath.Join(t.TempDir(), "pid")
 		type outcome struct {
 			exit Event

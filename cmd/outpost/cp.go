@@ -10,6 +10,7 @@ import (
 	"os/signal"
 	"path"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -74,8 +75,22 @@ through here. Every file is checked end to end with sha256.
 			return exitUsage
 		}
 	}
-	ctx, cancel := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	// Ctrl-C or SIGTERM cancels the transfer; cp then exits 128+n, as a
+	// shell reports a command the signal ended.
+	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
+	sigc := make(chan os.Signal, 1)
+	signal.Notify(sigc, syscall.SIGINT, syscall.SIGTERM)
+	defer signal.Stop(sigc)
+	var interrupted atomic.Int32
+	go func() {
+		select {
+		case s := <-sigc:
+			interrupted.Store(int32(s.(syscall.Signal)))
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
 	var policy any
 	if *mode != "" {
 		policy = map[string]any{"mode": *mode}
@@ -158,6 +173,10 @@ through here. Every file is checked end to end with sha256.
 			return code
 		}
 		_, err = client.Upload(ctx, f, src.path, dst.path, opts)
+	}
+	if n := interrupted.Load(); n != 0 {
+		fmt.Fprintln(stderr, "outpost cp: interrupted (files already copied stay; the one in flight was not put in place)")
+		return 128 + int(n)
 	}
 	if err != nil {
 		fmt.Fprintln(stderr, "outpost cp:", err)

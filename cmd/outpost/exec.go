@@ -170,8 +170,24 @@ func cmdExec(args []string, stdout, stderr io.Writer) int {
 	defer signal.Stop(sigs)
 	go func() {
 		names := map[os.Signal]protocol.Signal{syscall.SIGINT: protocol.SignalInterrupt, syscall.SIGTERM: protocol.SignalTerminate, syscall.SIGHUP: protocol.SignalHangup, syscall.SIGQUIT: protocol.SignalQuit}
+		interrupts := 0
 		for s := range sigs {
-			p.Signal(ctx, names[s])
+			if s != syscall.SIGINT {
+				p.Signal(ctx, names[s])
+				continue
+			}
+			// As ssh and kubectl users expect: a command that ignores
+			// Ctrl-C is terminated by the second (TERM to its group, KILL
+			// after the executor's grace), killed by the third.
+			switch interrupts++; interrupts {
+			case 1:
+				p.Signal(ctx, protocol.SignalInterrupt)
+			case 2:
+				fmt.Fprintln(stderr, "\r\noutpost exec: terminating the command (TERM, then KILL after the grace); Ctrl-C again to kill it now")
+				p.Terminate(ctx)
+			default:
+				p.Signal(ctx, protocol.SignalKill)
+			}
 		}
 	}()
 	var deadline <-chan time.Time

@@ -1,13 +1,17 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"flag"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 )
 
 // A relay named anywhere — flag, environment, config file — without an
@@ -132,5 +136,80 @@ func TestHelpExitsZeroOnStdout(t *testing.T) {
 	var out, errb bytes.Buffer
 	if code := run([]string{"exec", "--nope"}, &out, &errb); code != exitUsage || errb.Len() == 0 {
 		t.Errorf("a bad flag: exit %d on stderr %q", code, errb.String())
+	}
+}
+
+// A command that ignores Ctrl-C is terminated by the second one.
+func TestExecSecondCtrlCTerminatesACommandThatIgnoresTheFirst(t *testing.T) {
+	cmd := exec.Command(outpostBin, "exec", "--", "sh", "-c", `trap "" INT; echo ready; sleep 30`)
+	stdout, _ := cmd.StdoutPipe()
+	var errb bytes.Buffer
+	cmd.Stderr = &errb
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	if line, _ := bufio.NewReader(stdout).ReadString('\n'); line != "ready\n" {
+		t.Fatalf("%q", line)
+	}
+	// The first is ignored by the command; the second terminates it.
+	// (Pending signals of one kind coalesce, so they are sent apart.)
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	tick := time.NewTicker(200 * time.Millisecond)
+	defer tick.Stop()
+	cmd.Process.Signal(syscall.SIGINT)
+	sent := 1
+	for {
+		select {
+		case err := <-done:
+			if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 128+int(syscall.SIGTERM) || sent < 2 {
+				t.Fatalf("exit %v after %d interrupts, want %d after 2; stderr %q", err, sent, 128+int(syscall.SIGTERM), errb.String())
+			}
+			return
+		case <-tick.C:
+			if sent < 2 {
+				cmd.Process.Signal(syscall.SIGINT)
+				sent++
+			}
+		case <-time.After(20 * time.Second):
+			t.Fatal("the second Ctrl-C did not end the command")
+		}
+	}
+}
+
+// An interrupted cp exits 128+SIGINT and leaves no partial file in place.
+func TestCpInterruptedExits130(t *testing.T) {
+	url, _ := startServe(t, "--listen", "tcp://127.0.0.1:0", "--state-dir", t.TempDir())
+	src := filepath.Join(t.TempDir(), "big")
+	f, _ := os.Create(src)
+	f.Truncate(4 << 30) // sparse: read fast, sent slowly enough to interrupt
+	f.Close()
+	dst := filepath.Join(t.TempDir(), "dst")
+	cmd := exec.Command(outpostBin, "cp", "-q", "--target", url, src, ":"+dst)
+	cmd.Env = append(os.Environ(), "XDG_CONFIG_HOME="+t.TempDir())
+	var errb bytes.Buffer
+	cmd.Stderr = &errb
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	// Under way once the executor has the temporary file it writes to.
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		if tmp, _ := filepath.Glob(filepath.Join(filepath.Dir(dst), ".dst.outpost-*")); len(tmp) > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the transfer never started; stderr %q", errb.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	cmd.Process.Signal(syscall.SIGINT)
+	err := cmd.Wait()
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 130 {
+		t.Fatalf("exit %v, want 130; stderr %q", err, errb.String())
+	}
+	if _, err := os.Stat(dst); err == nil {
+		t.Fatal("a partial file was put in place")
 	}
 }
