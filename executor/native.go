@@ -43,6 +43,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/outpost-exec/outpost/engine"
+	"github.com/outpost-exec/outpost/identity"
 	"github.com/outpost-exec/outpost/protocol"
 	"github.com/outpost-exec/outpost/transport"
 )
@@ -347,7 +348,9 @@ func (r *responder) serve(ctx context.Context, c net.Conn) {
 		return
 	}
 	r.gate.leave(gc) // authenticated: its slot goes to the next one
-	ctx = withHandshake(ctx, handshakeInfo{start: gc.accepted, end: time.Now(), via: gc.via})
+	var peer identity.PublicKey
+	copy(peer[:], nc.PeerStatic())
+	ctx = withHandshake(ctx, handshakeInfo{start: gc.accepted, end: time.Now(), via: gc.via, client: peer.Fingerprint()})
 	sess, err := transport.MuxServer(nc, r.cfg.Mux)
 	if err != nil {
 		r.srv.log.Warn("mux setup failed", zap.Error(err))

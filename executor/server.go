@@ -189,6 +189,10 @@ type Server struct {
 	mapper *pathmap.Mapper
 	files  remotefs.Config // each session's file system
 
+	// watchers are the goroutines that log (and count) each process's
+	// end: one per live process; Shutdown waits for them.
+	watchers sync.WaitGroup
+
 	mu       sync.Mutex
 	sessions map[string]*Session
 	closing  bool
@@ -318,6 +322,14 @@ func (s *Server) Shutdown(ctx context.Context) error {
 			}
 			return ctx.Err()
 		}
+	}
+	// Their end is logged and counted before Shutdown returns.
+	logged := make(chan struct{})
+	go func() { s.watchers.Wait(); close(logged) }()
+	select {
+	case <-logged:
+	case <-ctx.Done():
+		return ctx.Err()
 	}
 	// Flush: connected clients get every process's exit and close events
 	// before the caller closes the connections.

@@ -2,6 +2,8 @@ package executor
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -11,6 +13,7 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 
 	"github.com/outpost-exec/outpost/engine"
 	"github.com/outpost-exec/outpost/internal/errkind"
@@ -275,6 +278,7 @@ func (s *Session) Start(ctx context.Context, p protocol.ExecParams) (res protoco
 	s.mu.Unlock()
 
 	proc, err := s.srv.cfg.Backend.Start(ctx, spec)
+	started := time.Now()
 
 	s.mu.Lock()
 	mine := s.procs[id] == entry
@@ -283,7 +287,9 @@ func (s *Session) Start(ctx context.Context, p protocol.ExecParams) (res protoco
 			delete(s.procs, id)
 		}
 		s.mu.Unlock()
-		return protocol.StartResult{}, protocol.KindErrorf(startErrKind(spec, err), protocol.CodeInternal, "%v", err)
+		kind := startErrKind(spec, err)
+		s.srv.log.Info("process start failed", s.auditFields(ctx, id, p.Argv, spec.SandboxType, zap.String("kind", string(kind)))...)
+		return protocol.StartResult{}, protocol.KindErrorf(kind, protocol.CodeInternal, "%v", err)
 	}
 	if !mine || s.ended {
 		s.mu.Unlock()
@@ -297,27 +303,71 @@ func (s *Session) Start(ctx context.Context, p protocol.ExecParams) (res protoco
 	}
 	m := s.srv.cfg.Metrics
 	pspan := s.processSpan(ctx, pid, spec.SandboxType)
-	if m != nil || pspan != nil {
-		// One goroutine per live process; the process limits bound them.
-		m.started()
-		go func() {
-			<-proc.Log().Closed()
-			snap := proc.Log().Snapshot()
-			m.exited(snap)
-			if lp, ok := proc.(interface{ LimitHits() (int, int) }); ok {
-				m.limitHits(lp.LimitHits())
-			}
-			if pspan != nil {
-				finishProcessSpan(pspan, snap)
-			}
-		}()
-	}
+	log := s.srv.log
+	log.Info("process started", s.auditFields(ctx, id, p.Argv, spec.SandboxType, zap.Int("pid", pid))...)
+	// One goroutine per live process; the process limits bound them.
+	m.started()
+	s.srv.watchers.Add(1)
+	go func() {
+		defer s.srv.watchers.Done()
+		<-proc.Log().Closed()
+		snap := proc.Log().Snapshot()
+		m.exited(snap)
+		if lp, ok := proc.(interface{ LimitHits() (int, int) }); ok && m != nil {
+			m.limitHits(lp.LimitHits())
+		}
+		if pspan != nil {
+			finishProcessSpan(pspan, snap)
+		}
+		fields := []zap.Field{zap.String("session", s.id), zap.String("process", id), zap.Int("pid", pid),
+			zap.Bool("exited", snap.Exited), zap.Int32("exit_code", snap.ExitCode), zap.Int32("signal", snap.Signal),
+			zap.Duration("duration", time.Since(started))}
+		if snap.Limit != "" {
+			fields = append(fields, zap.String("limit", snap.Limit))
+		}
+		if snap.SandboxDenied {
+			fields = append(fields, zap.Bool("sandbox_denied", true))
+		}
+		log.Info("process exited", fields...)
+	}()
 	if s.attached != nil {
 		s.attached.sink.follow(s.id, id, proc, 0, false)
 	}
 	s.mu.Unlock()
 	go s.evictAfterClose(id, entry)
 	return protocol.StartResult{ProcessID: id, SandboxType: spec.SandboxType, Pid: pid}, nil
+}
+
+// auditFields are the fields of a process start's log line: the session,
+// the process id, the client key's fingerprint when the connection has one,
+// the sandbox mode and the sha256 of the argv. The argv itself may hold
+// secrets: it is logged only when the logger is at debug level. The
+// environment never is.
+func (s *Session) auditFields(ctx context.Context, id string, argv []string, sandboxType string, more ...zap.Field) []zap.Field {
+	sandboxMode := sandboxType
+	if sandboxMode == "" {
+		sandboxMode = "none"
+	}
+	fields := []zap.Field{zap.String("session", s.id), zap.String("process", id)}
+	if fp := clientFingerprint(ctx); fp != "" {
+		fields = append(fields, zap.String("client", fp))
+	}
+	fields = append(fields, zap.String("sandbox", sandboxMode), zap.String("argv_sha256", argvDigest(argv)))
+	if s.srv.log.Core().Enabled(zapcore.DebugLevel) {
+		fields = append(fields, zap.Strings("argv", argv))
+	}
+	return append(fields, more...)
+}
+
+// argvDigest is the hex sha256 of argv, each argument followed by a NUL
+// (so ["a b"] and ["a", "b"] differ).
+func argvDigest(argv []string) string {
+	h := sha256.New()
+	for _, a := range argv {
+		h.Write([]byte(a))
+		h.Write([]byte{0})
+	}
+	return hex.EncodeToString(h.Sum(nil))
 }
 
 // StartProcess is Start for a caller in this process (one that embeds the

@@ -24,6 +24,14 @@ type handshakeKey struct{}
 type handshakeInfo struct {
 	start, end time.Time
 	via        string // "tcp", "unix" or "relay"
+	client     string // the client key's fingerprint
+}
+
+// clientFingerprint is the fingerprint of the client key ctx's connection
+// authenticated with, or "" (a WebSocket or stdio connection has none).
+func clientFingerprint(ctx context.Context) string {
+	h, _ := ctx.Value(handshakeKey{}).(handshakeInfo)
+	return h.client
 }
 
 func withHandshake(ctx context.Context, h handshakeInfo) context.Context {

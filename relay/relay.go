@@ -503,7 +503,7 @@ func (s *Server) serve(ctx context.Context, c net.Conn, hs chan struct{}) {
 	case protocol.MethodRelayJoin:
 		s.join(ctx, sess, ctl, mc, m, peer, c.RemoteAddr().String())
 	case protocol.MethodRelayConnect:
-		s.connect(ctx, ctl, mc, m)
+		s.connect(ctx, ctl, mc, m, peer, c.RemoteAddr().String())
 	case protocol.MethodRelayExecutors:
 		s.list(ctx, mc, m)
 	default:
@@ -520,13 +520,15 @@ func (s *Server) join(ctx context.Context, sess *yamux.Session, ctl net.Conn, mc
 	seq, err := s.authorizeJoin(p, peer)
 	if errors.Is(err, ErrKeyRevoked) {
 		s.revokedJoins.Add(1)
-		s.log.Warn("executor join refused: its key is revoked", zap.String("executor", p.ExecutorID), zap.String("remote", remote), zap.String("fingerprint", fingerprint(peer)))
+		s.log.Warn("executor join refused: its key is revoked", zap.String("executor", p.ExecutorID), zap.String("remote", remote), zap.String("fingerprint", fingerprint(peer)),
+			zap.String("outcome", "refused"), zap.String("kind", string(protocol.KindRefused)))
 		mc.WriteError(ctx, m.ID, protocol.KindErrorf(protocol.KindRefused, protocol.CodeRelayKeyRevoked,
 			"relay/join: executor key %s has been revoked on this relay and can never join again; make a new key (remove executor.key) and join with a new join token", fingerprint(peer)))
 		return
 	}
 	if err != nil {
-		s.log.Info("executor join refused", zap.String("executor", p.ExecutorID), zap.Error(err))
+		s.log.Info("executor join refused", zap.String("executor", p.ExecutorID), zap.String("remote", remote), zap.String("fingerprint", fingerprint(peer)),
+			zap.String("outcome", "refused"), zap.String("kind", string(refusalKind(err))), zap.Error(err))
 		mc.WriteError(ctx, m.ID, protocol.KindErrorf(refusalKind(err), protocol.CodeInvalidRequest, "relay/join: %v", err))
 		return
 	}
@@ -540,18 +542,20 @@ func (s *Server) join(ctx context.Context, sess *yamux.Session, ctl net.Conn, mc
 		// successor.
 		return
 	case errors.Is(err, errRelayFull):
+		s.log.Info("executor join refused: the relay is full", zap.String("executor", j.id), zap.String("remote", remote), zap.String("fingerprint", fingerprint(peer)),
+			zap.String("outcome", "refused"), zap.String("kind", string(protocol.KindExhausted)))
 		mc.WriteError(ctx, m.ID, protocol.KindErrorf(protocol.KindExhausted, protocol.CodeInvalidRequest, "relay/join: this relay is full (%d executors)", s.cfg.MaxExecutors))
 		return
 	case errors.Is(err, ErrAlreadyJoined):
 		s.duplicateJoins.Add(1)
 		s.log.Warn("duplicate executor join refused: the id is joined, and answering, on another connection with the same key; if the executor is not reconnecting from there, its key is stolen: revoke it with `outpost executors revoke`",
-			zap.String("executor", j.id), zap.String("remote", remote), zap.String("fingerprint", fingerprint(peer)), zap.String("joined_from", holder))
+			zap.String("executor", j.id), zap.String("remote", remote), zap.String("fingerprint", fingerprint(peer)), zap.String("joined_from", holder), zap.String("outcome", "refused"), zap.String("kind", string(protocol.KindRefused)))
 		mc.WriteError(ctx, m.ID, protocol.KindErrorf(protocol.KindRefused, protocol.CodeRelayAlreadyJoined, "relay/join: executor id %s is already joined from another connection with this key", j.id))
 		return
 	default:
 		return
 	}
-	s.log.Info("executor joined", zap.String("executor", j.id), zap.String("remote", remote))
+	s.log.Info("executor joined", zap.String("executor", j.id), zap.String("remote", remote), zap.String("fingerprint", fingerprint(peer)), zap.String("outcome", "joined"))
 	if err := mc.WriteResult(ctx, m.ID, protocol.Empty{}); err != nil {
 		s.leave(j)
 		return
@@ -765,19 +769,28 @@ func (s *Server) leave(j *joined) {
 	s.log.Info("executor left", zap.String("executor", j.id))
 }
 
-func (s *Server) connect(ctx context.Context, ctl net.Conn, mc *transport.MsgpackConn, m *transport.Message) {
+// connectRefused logs a refused relay/connect (the audit line: client key,
+// executor, reason kind; never the token) and sends the refusal.
+func (s *Server) connectRefused(ctx context.Context, mc *transport.MsgpackConn, m *transport.Message, client, remote, executorID string, e *protocol.Error) {
+	s.log.Info("client connect refused", zap.String("client", client), zap.String("remote", remote), zap.String("executor", executorID),
+		zap.String("outcome", "refused"), zap.String("kind", string(protocol.KindOf(e))), zap.String("reason", e.Message))
+	mc.WriteError(ctx, m.ID, e)
+}
+
+func (s *Server) connect(ctx context.Context, ctl net.Conn, mc *transport.MsgpackConn, m *transport.Message, peer [32]byte, remote string) {
+	client := fingerprint(peer)
 	p, perr := parseConnect(m)
 	if perr != nil {
-		mc.WriteError(ctx, m.ID, perr)
+		s.connectRefused(ctx, mc, m, client, remote, "", perr)
 		return
 	}
 	tok, err := s.redeem(TokenClient, p.Token)
 	if err != nil {
-		mc.WriteError(ctx, m.ID, protocol.KindErrorf(refusalKind(err), protocol.CodeInvalidRequest, "relay/connect: %v", err))
+		s.connectRefused(ctx, mc, m, client, remote, p.ExecutorID, protocol.KindErrorf(refusalKind(err), protocol.CodeInvalidRequest, "relay/connect: %v", err))
 		return
 	}
 	if !tok.AllowsExecutor(p.ExecutorID) {
-		mc.WriteError(ctx, m.ID, protocol.KindErrorf(protocol.KindRefused, protocol.CodeInvalidRequest, "relay/connect: %v: %s", ErrNotAllowed, p.ExecutorID))
+		s.connectRefused(ctx, mc, m, client, remote, p.ExecutorID, protocol.KindErrorf(protocol.KindRefused, protocol.CodeInvalidRequest, "relay/connect: %v: %s", ErrNotAllowed, p.ExecutorID))
 		return
 	}
 	s.mu.Lock()
@@ -790,15 +803,15 @@ func (s *Server) connect(ctx context.Context, ctl net.Conn, mc *transport.Msgpac
 	}
 	s.mu.Unlock()
 	if draining {
-		mc.WriteError(ctx, m.ID, protocol.KindErrorf(protocol.KindUnavailable, protocol.CodeInvalidRequest, "relay/connect: %v; connect again", ErrShuttingDown))
+		s.connectRefused(ctx, mc, m, client, remote, p.ExecutorID, protocol.KindErrorf(protocol.KindUnavailable, protocol.CodeInvalidRequest, "relay/connect: %v; connect again", ErrShuttingDown))
 		return
 	}
 	if j == nil {
-		mc.WriteError(ctx, m.ID, protocol.KindErrorf(protocol.KindUnavailable, protocol.CodeNotFound, "relay/connect: executor %s is offline", p.ExecutorID))
+		s.connectRefused(ctx, mc, m, client, remote, p.ExecutorID, protocol.KindErrorf(protocol.KindUnavailable, protocol.CodeNotFound, "relay/connect: executor %s is offline", p.ExecutorID))
 		return
 	}
 	if full {
-		mc.WriteError(ctx, m.ID, protocol.KindErrorf(protocol.KindExhausted, protocol.CodeInvalidRequest, "relay/connect: executor %s has %d connections, the most this relay allows", p.ExecutorID, s.cfg.MaxStreamsPerExecutor))
+		s.connectRefused(ctx, mc, m, client, remote, p.ExecutorID, protocol.KindErrorf(protocol.KindExhausted, protocol.CodeInvalidRequest, "relay/connect: executor %s has %d connections, the most this relay allows", p.ExecutorID, s.cfg.MaxStreamsPerExecutor))
 		return
 	}
 	defer func() {
@@ -812,14 +825,19 @@ func (s *Server) connect(ctx context.Context, ctl net.Conn, mc *transport.Msgpac
 	}()
 	up, err := j.sess.OpenStream()
 	if err != nil {
-		mc.WriteError(ctx, m.ID, protocol.KindErrorf(protocol.KindUnavailable, protocol.CodeNotFound, "relay/connect: executor %s is offline", p.ExecutorID))
+		s.connectRefused(ctx, mc, m, client, remote, p.ExecutorID, protocol.KindErrorf(protocol.KindUnavailable, protocol.CodeNotFound, "relay/connect: executor %s is offline", p.ExecutorID))
 		return
 	}
 	defer up.Close()
 	if err := mc.WriteResult(ctx, m.ID, protocol.RelayConnectResult{ExecutorKey: fingerprint(j.key)}); err != nil {
 		return
 	}
-	s.splicedBytes.Add(splice(ctl, up))
+	s.log.Info("client connected", zap.String("client", client), zap.String("remote", remote), zap.String("executor", p.ExecutorID),
+		zap.String("outcome", "spliced"), zap.String("token_id", tok.ID))
+	start := time.Now()
+	n := splice(ctl, up)
+	s.splicedBytes.Add(n)
+	s.log.Info("client disconnected", zap.String("client", client), zap.String("executor", p.ExecutorID), zap.Uint64("bytes", n), zap.Duration("duration", time.Since(start)))
 }
 
 func (s *Server) list(ctx context.Context, mc *transport.MsgpackConn, m *transport.Message) {
@@ -830,6 +848,7 @@ func (s *Server) list(ctx context.Context, mc *transport.MsgpackConn, m *transpo
 	}
 	tok, err := s.redeem(TokenClient, p.Token)
 	if err != nil {
+		s.log.Info("executor listing refused", zap.String("outcome", "refused"), zap.String("kind", string(refusalKind(err))), zap.Error(err))
 		mc.WriteError(ctx, m.ID, protocol.KindErrorf(refusalKind(err), protocol.CodeInvalidRequest, "relay/executors: %v", err))
 		return
 	}

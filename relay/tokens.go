@@ -56,6 +56,28 @@ type Token struct {
 	Revoked   bool              //
 }
 
+// Token states, as State reports them.
+const (
+	TokenActive  = "active"
+	TokenUsedUp  = "used up"
+	TokenExpired = "expired"
+	TokenRevoked = "revoked"
+)
+
+// State is what Redeem would make of the token at now: revoked, expired,
+// used up (in that order, as Redeem checks them) or active.
+func (t Token) State(now time.Time) string {
+	switch {
+	case t.Revoked:
+		return TokenRevoked
+	case !t.ExpiresAt.IsZero() && !now.Before(t.ExpiresAt):
+		return TokenExpired
+	case t.Uses > 0 && t.Used >= t.Uses:
+		return TokenUsedUp
+	}
+	return TokenActive
+}
+
 // CreateOptions configure a new token.
 type CreateOptions struct {
 	TTL       time.Duration     // 0 = never expires
@@ -152,6 +174,11 @@ func OpenStore(path string) (*Store, error) {
 	if err := os.MkdirAll(filepath.Dir(path), storeDirMode); err != nil {
 		return nil, fmt.Errorf("relay: creating token store directory: %w", err)
 	}
+	return openStore(path)
+}
+
+// openStore validates the store file at path, adding missing buckets.
+func openStore(path string) (*Store, error) {
 	s := &Store{path: path, now: time.Now}
 	err := s.update(func(tx *bolt.Tx) error {
 		for _, b := range [][]byte{bucketTokens, bucketTokenIDs, bucketExecutors, bucketRevoked, bucketMeta} {
@@ -165,6 +192,39 @@ func OpenStore(path string) (*Store, error) {
 		return nil, err
 	}
 	return s, nil
+}
+
+// ErrNoStore: OpenExistingStore found no token store at its path.
+var ErrNoStore = errors.New("no token store")
+
+// OpenExistingStore is OpenStore for commands that only read or amend an
+// existing store (listing, revoking): it creates nothing, and a missing
+// directory or file fails with ErrNoStore, so a mistyped state directory
+// is reported rather than answered from a new, empty store.
+func OpenExistingStore(path string) (*Store, error) {
+	if path == "" {
+		return nil, errors.New("relay: token store path is empty")
+	}
+	dir := filepath.Dir(path)
+	if _, err := os.Stat(dir); err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return nil, fmt.Errorf("relay: %w: the state directory %s does not exist (give the relay's --state-dir)", ErrNoStore, dir)
+		}
+		return nil, fmt.Errorf("relay: state directory: %w", err)
+	}
+	fi, err := os.Stat(path)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return nil, fmt.Errorf("relay: %w: %s does not exist (is %s the relay's --state-dir? relay serve and token create make it)", ErrNoStore, path, dir)
+		}
+		return nil, fmt.Errorf("relay: token store: %w", err)
+	}
+	if !fi.Mode().IsRegular() {
+		return nil, fmt.Errorf("relay: token store %s is not a regular file", path)
+	}
+	// The file exists: adding buckets a store made by an older relay
+	// lacks creates nothing in the file system.
+	return openStore(path)
 }
 
 func (s *Store) open(readOnly bool) (*bolt.DB, error) {

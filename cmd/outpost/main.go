@@ -498,6 +498,9 @@ func cmdExecutorServe(args []string, stdout, stderr io.Writer) int {
 	switch lu.Scheme {
 	case "stdio":
 		err := srv.ServeStdio(ctx, os.Stdin, stdout)
+		if ctx.Err() != nil {
+			log.Info("shutting down")
+		}
 		shutdown()
 		if err != nil && !errors.Is(err, context.Canceled) {
 			log.Error("stdio connection failed", zap.Error(err))

@@ -561,7 +561,7 @@ func TestRelaySIGTERMLetsOpenCommandsFinishThenExits(t *testing.T) {
 	}
 	select {
 	case err := <-relayDone:
-		if err != nil || !strings.Contains(relayLog.String(), "relay drained") {
+		if err != nil || !strings.Contains(relayLog.String(), "relay drained") || !strings.Contains(relayLog.String(), "relay shutting down") {
 			t.Fatalf("relay exit %v\n%s", err, relayLog.String())
 		}
 	case <-time.After(15 * time.Second):

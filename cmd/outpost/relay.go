@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"sort"
 	"strings"
 	"syscall"
 	"text/tabwriter"
@@ -34,8 +35,34 @@ func (l labelFlags) Set(v string) error {
 	return nil
 }
 
+// tokenStore opens the relay's token database, creating the state
+// directory and the database (relay serve, token create).
 func tokenStore(stateDir string) (*relay.Store, error) {
 	return relay.OpenStore(filepath.Join(stateDir, "relay.db"))
+}
+
+// existingTokenStore opens the relay's token database for the commands
+// that read or amend it (token ls and revoke, executors revoke): a missing
+// state directory or database is an error, never created.
+func existingTokenStore(stateDir string) (*relay.Store, error) {
+	return relay.OpenExistingStore(filepath.Join(stateDir, "relay.db"))
+}
+
+// formatKV prints labels as k=v,k=v sorted by key, or "-" when empty.
+func formatKV(m map[string]string) string {
+	if len(m) == 0 {
+		return "-"
+	}
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = k + "=" + m[k]
+	}
+	return strings.Join(parts, ",")
 }
 
 // cmdRelayServe runs a relay.
@@ -122,7 +149,8 @@ func cmdRelayServe(args []string, stdout, stderr io.Writer) int {
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
 	defer signal.Stop(sigs)
-	<-sigs
+	sig := <-sigs
+	log.Info("relay shutting down", zap.String("signal", sig.String()), zap.Duration("drain_timeout", *drainTimeout))
 	// Drain: no new connections, executors told to reconnect, open client
 	// streams given --drain-timeout (a second signal cuts it short).
 	adminStopping()
@@ -194,7 +222,7 @@ func cmdToken(args []string, stdout, stderr io.Writer) int {
 		if code, ok := parseArgs(fs, args[1:], stdout); !ok {
 			return code
 		}
-		store, err := tokenStore(*stateDir)
+		store, err := existingTokenStore(*stateDir)
 		if err != nil {
 			fmt.Fprintln(stderr, "outpost:", err)
 			return 1
@@ -205,7 +233,8 @@ func cmdToken(args []string, stdout, stderr io.Writer) int {
 			return 1
 		}
 		w := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(w, "ID\tKIND\tUSED\tEXPIRES\tSTATE\tSCOPE")
+		fmt.Fprintln(w, "ID\tKIND\tSTATE\tUSED/MAX\tEXPIRES\tSCOPE")
+		now := time.Now()
 		for _, t := range toks {
 			uses := fmt.Sprintf("%d/∞", t.Used)
 			if t.Uses > 0 {
@@ -215,15 +244,15 @@ func cmdToken(args []string, stdout, stderr io.Writer) int {
 			if !t.ExpiresAt.IsZero() {
 				exp = t.ExpiresAt.Format(time.RFC3339)
 			}
-			state := "active"
-			if t.Revoked {
-				state = "revoked"
-			}
+			// SCOPE: the executors a client token reaches, the labels a
+			// join token gives.
 			scope := t.Executors
 			if t.Kind == relay.TokenJoin {
-				scope = fmt.Sprint(t.Labels)
+				scope = formatKV(t.Labels)
+			} else if strings.TrimSpace(scope) == "" {
+				scope = "-"
 			}
-			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\n", t.ID, t.Kind, uses, exp, state, scope)
+			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\n", t.ID, t.Kind, t.State(now), uses, exp, scope)
 		}
 		w.Flush()
 		return 0
@@ -232,7 +261,7 @@ func cmdToken(args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintln(stderr, "usage: outpost token revoke [--state-dir DIR] ID")
 			return exitUsage
 		}
-		store, err := tokenStore(*stateDir)
+		store, err := existingTokenStore(*stateDir)
 		if err != nil {
 			fmt.Fprintln(stderr, "outpost:", err)
 			return 1
@@ -334,6 +363,7 @@ func cmdExecutorJoin(args []string, stdout, stderr io.Writer) int {
 	select {
 	case err = <-joinDone:
 	case <-sigCtx.Done():
+		log.Info("shutting down", zap.String("executor", *id))
 	}
 	adminStopping()
 	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -415,7 +445,7 @@ func cmdExecutorsRevoke(args []string, stdout, stderr io.Writer) int {
 		return exitUsage
 	}
 	id := fs.Arg(0)
-	store, err := tokenStore(*stateDir)
+	store, err := existingTokenStore(*stateDir)
 	if err != nil {
 		fmt.Fprintln(stderr, "outpost:", err)
 		return 1

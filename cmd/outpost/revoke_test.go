@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/outpost-exec/outpost/identity"
+	"github.com/outpost-exec/outpost/relay"
 )
 
 // waitLog polls buf until it contains want.
@@ -205,7 +206,11 @@ func TestExecutorsRevokeHelpAndErrors(t *testing.T) {
 		t.Fatalf("executors: exit %d %s", code, errb.String())
 	}
 	errb.Reset()
-	if code := run([]string{"executors", "revoke", "--state-dir", t.TempDir(), "ghost"}, &out, &errb); code != 1 || !strings.Contains(errb.String(), "no key is bound to that executor id") {
+	relayDir := t.TempDir()
+	if _, err := relay.OpenStore(filepath.Join(relayDir, "relay.db")); err != nil {
+		t.Fatal(err)
+	}
+	if code := run([]string{"executors", "revoke", "--state-dir", relayDir, "ghost"}, &out, &errb); code != 1 || !strings.Contains(errb.String(), "no key is bound to that executor id") {
 		t.Fatalf("unknown id: exit %d %s", code, errb.String())
 	}
 }

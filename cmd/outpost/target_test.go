@@ -153,27 +153,31 @@ func TestExecSecondCtrlCTerminatesACommandThatIgnoresTheFirst(t *testing.T) {
 		t.Fatalf("%q", line)
 	}
 	// The first is ignored by the command; the second terminates it.
-	// (Pending signals of one kind coalesce, so they are sent apart.)
+	// Pending signals of one kind coalesce, so they are sent apart, and
+	// (a busy machine may still merge two) until the command ends: it must
+	// end by the escalation — TERM, or KILL after a third — never sooner.
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()
-	tick := time.NewTicker(200 * time.Millisecond)
+	tick := time.NewTicker(300 * time.Millisecond)
 	defer tick.Stop()
+	giveUp := time.After(30 * time.Second)
 	cmd.Process.Signal(syscall.SIGINT)
 	sent := 1
 	for {
 		select {
 		case err := <-done:
-			if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 128+int(syscall.SIGTERM) || sent < 2 {
-				t.Fatalf("exit %v after %d interrupts, want %d after 2; stderr %q", err, sent, 128+int(syscall.SIGTERM), errb.String())
+			ee, ok := err.(*exec.ExitError)
+			if !ok || sent < 2 || (ee.ExitCode() != 128+int(syscall.SIGTERM) && ee.ExitCode() != 128+int(syscall.SIGKILL)) {
+				t.Fatalf("exit %v after %d interrupts, want TERM (143) or KILL (137) after 2 or more; stderr %q", err, sent, errb.String())
 			}
 			return
 		case <-tick.C:
-			if sent < 2 {
+			if sent < 4 {
 				cmd.Process.Signal(syscall.SIGINT)
 				sent++
 			}
-		case <-time.After(20 * time.Second):
-			t.Fatal("the second Ctrl-C did not end the command")
+		case <-giveUp:
+			t.Fatalf("%d Ctrl-Cs did not end the command", sent)
 		}
 	}
 }
