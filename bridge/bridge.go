@@ -418,7 +418,7 @@ func (b *Bridge) release() {
 type Listener struct {
 	ln   net.Listener
 	http *http.Server
-	done chan struct{}
+	done <-chan struct{}
 	once sync.Once
 }
 
@@ -428,17 +428,8 @@ func (b *Bridge) Listen(addr string) (*Listener, error) {
 	if err != nil {
 		return nil, err
 	}
-	l := &Listener{ln: ln, done: make(chan struct{})}
-	l.http = &http.Server{
-		Handler:           b.Handler(),
-		ReadHeaderTimeout: 10 * time.Second,
-		MaxHeaderBytes:    64 << 10,
-		ErrorLog:          zap.NewStdLog(b.log),
-	}
-	go func() {
-		defer close(l.done)
-		l.http.Serve(ln)
-	}()
+	l := &Listener{ln: ln}
+	l.http, l.done = transport.ServeHTTP(ln, b.Handler(), zap.NewStdLog(b.log))
 	return l, nil
 }
 

@@ -194,7 +194,7 @@ type WSListener struct {
 	ln     net.Listener
 	http   *http.Server
 	cancel context.CancelFunc
-	done   chan struct{}
+	done   <-chan struct{}
 	once   sync.Once
 }
 
@@ -212,17 +212,8 @@ func (s *Server) ListenWS(addr string, cfg WSConfig) (*WSListener, error) {
 		cancel()
 		return nil, err
 	}
-	l := &WSListener{srv: s, ln: ln, cancel: cancel, done: make(chan struct{})}
-	l.http = &http.Server{
-		Handler:           h,
-		ReadHeaderTimeout: 10 * time.Second,
-		MaxHeaderBytes:    64 << 10,
-		ErrorLog:          zap.NewStdLog(s.log),
-	}
-	go func() {
-		defer close(l.done)
-		l.http.Serve(ln)
-	}()
+	l := &WSListener{srv: s, ln: ln, cancel: cancel}
+	l.http, l.done = transport.ServeHTTP(ln, h, zap.NewStdLog(s.log))
 	return l, nil
 }
 
