@@ -1163,6 +1163,7 @@ func init() {
 	fs(protocol.MethodFsCreate, forward[protocol.FsCreateParams, protocol.FsHandleResult])
 	fs(protocol.MethodFsWriteBlock, forward[protocol.FsWriteBlockParams, protocol.Empty])
 	fs(protocol.MethodFsHash, forward[protocol.FsPathParams, protocol.FsHashResult])
+	fs(protocol.MethodFsCreateSymlink, forward[protocol.FsCreateSymlinkParams, protocol.Empty])
 }
 
 // forward decodes the params (required) into P, calls the same method

@@ -282,10 +282,10 @@ func LookPath(name string, env []string, dir string) (string, error) {
 		}
 		return p, nil
 	}
-	pathEnv := ""
+	pathEnv, hasPath := "", false
 	for _, kv := range env {
 		if v, ok := strings.CutPrefix(kv, "PATH="); ok {
-			pathEnv = v
+			pathEnv, hasPath = v, v != ""
 		}
 	}
 	if pathEnv == "" {
@@ -303,7 +303,12 @@ func LookPath(name string, env []string, dir string) (string, error) {
 			return p, nil
 		}
 	}
-	return "", fmt.Errorf("failed to spawn %q: executable file not found in PATH %q", name, pathEnv)
+	if !hasPath {
+		// Name the directories searched, but not as the command's PATH:
+		// it has none.
+		return "", fmt.Errorf("%q: %w (the command has no PATH; searched %s)", name, exec.ErrNotFound, pathEnv)
+	}
+	return "", fmt.Errorf("%q: %w in the command's PATH %s", name, exec.ErrNotFound, pathEnv)
 }
 
 func checkExecutable(p string) error {
@@ -315,7 +320,8 @@ func checkExecutable(p string) error {
 		return errors.New("is a directory")
 	}
 	if fi.Mode()&0o111 == 0 {
-		return errors.New("permission denied (not executable)")
+		// EACCES, as execve says: the kind is then permission.
+		return fmt.Errorf("%w (not executable)", syscall.EACCES)
 	}
 	return nil
 }

@@ -220,6 +220,7 @@ func init() {
 	fsMethod(protocol.MethodFsCreate, fsCall((*remotefs.Session).Create))
 	fsMethod(protocol.MethodFsWriteBlock, fsCall((*remotefs.Session).WriteBlock))
 	fsMethod(protocol.MethodFsHash, fsCall((*remotefs.Session).Hash))
+	fsMethod(protocol.MethodFsCreateSymlink, fsCall((*remotefs.Session).CreateSymlink))
 }
 
 // fsCall adapts a method of the session's file system to the method

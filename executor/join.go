@@ -89,8 +89,9 @@ func (c JoinConfig) Validate() error {
 	switch {
 	case !validKey(c.Key):
 		return errors.New("executor: JoinConfig.Key is required (an X25519 key pair)")
-	case c.ID == "":
-		return errors.New("executor: JoinConfig.ID is required")
+	}
+	if err := protocol.CheckExecutorID(c.ID); err != nil {
+		return fmt.Errorf("executor: JoinConfig.ID: %w", err)
 	}
 	if err := c.Mux.Validate(); err != nil {
 		return fmt.Errorf("executor: JoinConfig.Mux: %w", err)
@@ -146,7 +147,9 @@ var errRelayDraining = errors.New("the relay is draining")
 // ErrAlreadyJoined (the id is live on another connection with this key),
 // which it logs at warn level and retries with the same backoff. An error
 // of a temporary kind (a full relay, one that is unavailable) or an
-// internal one is no refusal: it is retried too.
+// internal one is no refusal: it is retried too. A relay that presents
+// another key than its URL names ends it with a
+// *relayclient.KeyMismatchError, logged at error level.
 //
 // When a draining relay says relay/reconnect, Join dials a new session at
 // once (after up to 250 ms of jitter, so a relay's executors do not all
@@ -190,6 +193,15 @@ func (s *Server) Join(ctx context.Context, cfg JoinConfig) error {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
+		// The relay holds another key than the URL names: a mistyped or
+		// stale fingerprint, or not our relay. Retrying cannot help, and
+		// an executor must not keep knocking at an impostor: end, saying
+		// which key the relay presented.
+		if km := (*relayclient.KeyMismatchError)(nil); errors.As(err, &km) {
+			s.log.Error("the relay's key is not the one its URL names; not joining", zap.String("relay", addr),
+				zap.String("named", km.Named.Fingerprint()), zap.String("presented", km.Presented.Fingerprint()))
+			return err
+		}
 		if old != nil {
 			if draining != nil {
 				draining.Close()
@@ -213,6 +225,8 @@ func (s *Server) Join(ctx context.Context, cfg JoinConfig) error {
 				zap.String("executor", cfg.ID), zap.String("relay", addr), zap.Duration("backoff", bo.Ceiling()))
 		case protocol.KindOf(err) != "":
 			s.log.Warn("the relay cannot take this executor now; retrying", zap.String("relay", addr), zap.Error(err), zap.Duration("backoff", bo.Ceiling()))
+		case joinedAt.IsZero() && errors.Is(err, transport.ErrHandshakeRefused):
+			s.log.Warn("the relay refused the handshake; retrying", zap.String("relay", addr), zap.Error(err), zap.Duration("backoff", bo.Ceiling()))
 		default:
 			s.log.Info("relay connection ended; reconnecting", zap.Error(err), zap.Duration("backoff", bo.Ceiling()))
 		}

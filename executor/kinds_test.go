@@ -50,10 +50,24 @@ func TestEveryErrorCarriesItsKind(t *testing.T) {
 	r.wantKind("read of an unknown process", r.call("process/read", map[string]any{"processId": "nope"}), protocol.CodeInvalidRequest, protocol.KindNotFound)
 	r.wantKind("resize of an unknown process", r.call("process/resize", map[string]any{"processId": "nope", "rows": 1, "cols": 1}), protocol.CodeInvalidRequest, protocol.KindNotFound)
 	r.wantKind("program at a missing path", r.call("process/start", startParams("a", "/nonexistent/bin")), protocol.CodeInternal, protocol.KindNotFound)
-	r.wantKind("program in no PATH directory", r.call("process/start", startParams("b", "no-such-program-7f3a")), protocol.CodeInternal, protocol.KindNotFound)
+	noProgram := r.call("process/start", startParams("b", "no-such-program-7f3a"))
+	r.wantKind("program in no PATH directory", noProgram, protocol.CodeInternal, protocol.KindNotFound)
+	if e, _ := noProgram["error"].(map[string]any); e != nil {
+		if data, _ := e["data"].(map[string]any); data["param"] != nil {
+			t.Errorf("missing program: data %v names a param", data)
+		}
+	}
 	p := startParams("c", "true")
 	p["cwd"] = filepath.Join(dir, "missing")
-	r.wantKind("missing cwd", r.call("process/start", p), protocol.CodeInvalidParams, protocol.KindNotFound)
+	missingCwd := r.call("process/start", p)
+	r.wantKind("missing cwd", missingCwd, protocol.CodeInvalidParams, protocol.KindNotFound)
+	// Both not_found: the param says it is the working directory, so a
+	// client can say so (and outpost exec exit 119, not 127).
+	if e, _ := missingCwd["error"].(map[string]any); e != nil {
+		if data, _ := e["data"].(map[string]any); data["param"] != protocol.ParamCwd {
+			t.Errorf("missing cwd: data %v, want param %q", data, protocol.ParamCwd)
+		}
+	}
 	p = startParams("c", "true")
 	p["sandbox"] = map[string]any{"mode": "no-such-mode"}
 	r.wantKind("bad sandbox", r.call("process/start", p), protocol.CodeInvalidParams, protocol.KindInvalid)

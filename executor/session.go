@@ -174,9 +174,11 @@ func (s *Session) prepare(p *protocol.ExecParams) (engine.Spec, error) {
 	dir, err := pathmap.NativeDir(p.Cwd, s.srv.cfg.DefaultCwd, s.srv.translate)
 	if err != nil {
 		if errors.Is(err, pathmap.ErrForeignPath) {
-			return engine.Spec{}, protocol.KindErrorf(protocol.KindInvalid, protocol.CodeInvalidParams, "cwd URI `%s` is not valid on this exec-server host: %v", p.Cwd, err)
+			return engine.Spec{}, protocol.KindErrorf(protocol.KindInvalid, protocol.CodeInvalidParams, "cwd URI `%s` is not valid on this exec-server host: %v", p.Cwd, err).WithParam(protocol.ParamCwd)
 		}
-		return engine.Spec{}, protocol.KindErrorf(errKind(err, protocol.KindInvalid), protocol.CodeInvalidParams, "%v", err)
+		// A missing cwd is not_found like a missing program: the param
+		// tells them apart.
+		return engine.Spec{}, protocol.KindErrorf(errKind(err, protocol.KindInvalid), protocol.CodeInvalidParams, "%v", err).WithParam(protocol.ParamCwd)
 	}
 	env, err := engine.ChildEnv(p.EnvPolicy, p.Env, s.srv.cfg.BaseEnv)
 	if err != nil {
@@ -287,7 +289,10 @@ func (s *Session) Start(ctx context.Context, p protocol.ExecParams) (res protoco
 			delete(s.procs, id)
 		}
 		s.mu.Unlock()
-		kind := startErrKind(spec, err)
+		// By what the error wraps: a missing program (exec.ErrNotFound)
+		// or working directory is not_found, a sandbox this machine cannot
+		// enforce unsupported.
+		kind := errKind(err, protocol.KindInternal)
 		s.srv.log.Info("process start failed", s.auditFields(ctx, id, p.Argv, spec.SandboxType, zap.String("kind", string(kind)))...)
 		return protocol.StartResult{}, protocol.KindErrorf(kind, protocol.CodeInternal, "%v", err)
 	}
@@ -547,25 +552,4 @@ func errKind(err error, fallback protocol.Kind) protocol.Kind {
 		return protocol.KindNotFound
 	}
 	return errkind.Of(err, fallback)
-}
-
-// startErrKind is the kind of the backend's refusal to start spec: by what
-// the error wraps (a missing program or cwd is not_found, a sandbox this
-// machine cannot enforce unsupported), else internal.
-//
-// engine.LocalBackend's PATH lookup reports a program found in no directory of
-// the child's PATH with an error that wraps nothing; for a bare name (no
-// '/') engine.LookPath is asked again, and a second miss is not_found — decided
-// by the file system, not by the message. (Once that error wraps
-// exec.ErrNotFound, this fallback can go.)
-func startErrKind(spec engine.Spec, err error) protocol.Kind {
-	if k := errKind(err, ""); k != "" {
-		return k
-	}
-	if spec.Path == "" && len(spec.Argv) > 0 && spec.Argv[0] != "" && !strings.ContainsRune(spec.Argv[0], '/') {
-		if _, lerr := engine.LookPath(spec.Argv[0], spec.Env, spec.Dir); lerr != nil {
-			return protocol.KindNotFound
-		}
-	}
-	return protocol.KindInternal
 }

@@ -72,6 +72,57 @@ func (k Kind) Temporary() bool { return k == KindExhausted || k == KindUnavailab
 // ErrorData is the data member of outpost's error objects.
 type ErrorData struct {
 	Kind Kind `json:"kind" msgpack:"kind"`
+	// Param names the request parameter at fault, when the kind alone
+	// does not say which ("cwd": the working directory, not the program,
+	// is not found).
+	Param string `json:"param,omitempty" msgpack:"param,omitempty"`
+}
+
+// Parameters an error's data may name.
+const (
+	ParamCwd = "cwd"
+)
+
+// WithParam sets the parameter at fault (see ErrorData.Param) on an error
+// made by KindErrorf with a kind, and returns e.
+func (e *Error) WithParam(param string) *Error {
+	if d, ok := e.Data.(ErrorData); ok {
+		d.Param = param
+		e.Data = d
+	}
+	return e
+}
+
+// Param is the parameter at fault that e's data names, "" if none.
+func (e *Error) Param() string {
+	if e == nil {
+		return ""
+	}
+	switch d := e.Data.(type) {
+	case ErrorData:
+		return d.Param
+	case *ErrorData:
+		if d != nil {
+			return d.Param
+		}
+	case map[string]any:
+		s, _ := d["param"].(string)
+		return s
+	case map[any]any:
+		s, _ := d["param"].(string)
+		return s
+	}
+	return ""
+}
+
+// ParamOf is the parameter at fault named by the *Error in err's chain,
+// "" if there is none.
+func ParamOf(err error) string {
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Param()
+	}
+	return ""
 }
 
 // KindErrorf builds an *Error of the given kind with code (a codex code,

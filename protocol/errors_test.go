@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"testing"
+
+	"github.com/vmihailenco/msgpack/v5"
 )
 
 // An error's kind travels as data.kind and comes back through KindOf,
@@ -86,5 +88,39 @@ func TestTemporaryKinds(t *testing.T) {
 	}
 	if Kind("").Known() || Kind("nope").Known() {
 		t.Error("unknown kinds are known")
+	}
+}
+
+// The parameter at fault travels beside the kind, in JSON and msgpack, and
+// is absent (not "") when there is none.
+func TestParamTravelsBesideTheKind(t *testing.T) {
+	e := KindErrorf(KindNotFound, CodeInvalidParams, "no dir").WithParam(ParamCwd)
+	b, err := json.Marshal(e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := `{"code":-32602,"message":"no dir","data":{"kind":"not_found","param":"cwd"}}`; string(b) != want {
+		t.Fatalf("got %s\nwant %s", b, want)
+	}
+	var back Error
+	if err := json.Unmarshal(b, &back); err != nil {
+		t.Fatal(err)
+	}
+	if back.Kind() != KindNotFound || ParamOf(fmt.Errorf("start: %w", &back)) != ParamCwd {
+		t.Fatalf("read back kind %q param %q", back.Kind(), back.Param())
+	}
+	mp, err := msgpack.Marshal(e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mback Error
+	if err := msgpack.Unmarshal(mp, &mback); err != nil {
+		t.Fatal(err)
+	}
+	if mback.Param() != ParamCwd || mback.Kind() != KindNotFound {
+		t.Fatalf("msgpack read back %+v", mback)
+	}
+	if b, _ := json.Marshal(KindErrorf(KindNotFound, CodeInternal, "no program")); string(b) != `{"code":-32603,"message":"no program","data":{"kind":"not_found"}}` {
+		t.Fatalf("no param: %s", b)
 	}
 }

@@ -38,6 +38,9 @@ const (
 	// MethodFsHash returns a file's sha256 and size (outpost addition),
 	// for end-to-end checks of a transfer.
 	MethodFsHash = "fs/hash"
+	// MethodFsCreateSymlink makes a symlink holding a given target text
+	// (outpost addition), for copies that keep symlinks as symlinks.
+	MethodFsCreateSymlink = "fs/createSymlink"
 )
 
 // MaxHandleIDBytes bounds a client-chosen file handle id (codex: 32).
@@ -78,6 +81,10 @@ type FsCreateDirectoryParams struct {
 	Path      string `json:"path" msgpack:"path"`
 	Recursive *bool  `json:"recursive,omitempty" msgpack:"recursive,omitempty"`
 	Sandbox   any    `json:"sandbox,omitempty" msgpack:"sandbox,omitempty"`
+	// NoFollow (outpost addition): no component of Path may be a symlink
+	// (the call fails instead of following one), so a copy into a tree
+	// cannot be led out of it by a link planted there.
+	NoFollow bool `json:"noFollow,omitempty" msgpack:"noFollow,omitempty"`
 }
 
 // FsMetadata describes a path (without following a final symlink).
@@ -90,6 +97,8 @@ type FsMetadata struct {
 	ModifiedAtMs int64  `json:"modifiedAtMs" msgpack:"modifiedAtMs"`
 	// Mode is the permission bits (outpost addition).
 	Mode uint32 `json:"mode,omitempty" msgpack:"mode,omitempty"`
+	// SymlinkTarget is a symlink's text, unresolved (outpost addition).
+	SymlinkTarget string `json:"symlinkTarget,omitempty" msgpack:"symlinkTarget,omitempty"`
 }
 
 // FsCanonicalizeResult is the path with every symlink resolved.
@@ -126,6 +135,9 @@ type FsCopyParams struct {
 	DestinationPath string `json:"destinationPath" msgpack:"destinationPath"`
 	Recursive       bool   `json:"recursive" msgpack:"recursive"`
 	Sandbox         any    `json:"sandbox,omitempty" msgpack:"sandbox,omitempty"`
+	// NoFollow applies to DestinationPath (see FsCreateParams); inside a
+	// tree fs/copy follows nothing anyway.
+	NoFollow bool `json:"noFollow,omitempty" msgpack:"noFollow,omitempty"`
 }
 
 // FsOpenParams open a file for streamed reading under a client-chosen id.
@@ -141,6 +153,20 @@ type FsCreateParams struct {
 	Path     string  `json:"path" msgpack:"path"`
 	Mode     *uint32 `json:"mode,omitempty" msgpack:"mode,omitempty"`
 	Sandbox  any     `json:"sandbox,omitempty" msgpack:"sandbox,omitempty"`
+	// NoFollow: no component of Path may be a symlink, and a symlink at
+	// Path itself is replaced rather than written through (see
+	// FsCreateDirectoryParams).
+	NoFollow bool `json:"noFollow,omitempty" msgpack:"noFollow,omitempty"`
+}
+
+// FsCreateSymlinkParams make the symlink Path holding Target (outpost
+// addition). Target is stored as given, never resolved; an entry at Path
+// that is not a directory is replaced atomically.
+type FsCreateSymlinkParams struct {
+	Path     string `json:"path" msgpack:"path"`
+	Target   string `json:"target" msgpack:"target"`
+	Sandbox  any    `json:"sandbox,omitempty" msgpack:"sandbox,omitempty"`
+	NoFollow bool   `json:"noFollow,omitempty" msgpack:"noFollow,omitempty"`
 }
 
 // FsHandleResult names an open handle.

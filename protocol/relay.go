@@ -1,5 +1,12 @@
 package protocol
 
+import (
+	"errors"
+	"fmt"
+	"unicode"
+	"unicode/utf8"
+)
+
 // Relay control messages: the first stream a party opens on its yamux
 // session with the relay carries one msgpack request and its response.
 const (
@@ -70,3 +77,30 @@ const (
 	// executors revoke`); it can never join again, under any id.
 	CodeRelayKeyRevoked = -32021
 )
+
+// MaxExecutorIDLen bounds executor ids: they are map keys and log fields.
+const MaxExecutorIDLen = 128
+
+// ErrExecutorID is wrapped by CheckExecutorID's errors.
+var ErrExecutorID = errors.New("invalid executor id")
+
+// CheckExecutorID says whether id can name an executor at a relay: 1..128
+// bytes of valid UTF-8 without whitespace, '/' or control characters (ids
+// appear in URLs, logs and listings). The relay refuses other ids; clients
+// and executors check before they connect, so a typo is a usage error.
+func CheckExecutorID(id string) error {
+	switch {
+	case id == "":
+		return fmt.Errorf("%w: it is empty", ErrExecutorID)
+	case len(id) > MaxExecutorIDLen:
+		return fmt.Errorf("%w: %d bytes, the most is %d", ErrExecutorID, len(id), MaxExecutorIDLen)
+	case !utf8.ValidString(id):
+		return fmt.Errorf("%w %q: not valid UTF-8", ErrExecutorID, id)
+	}
+	for _, r := range id {
+		if r == '/' || unicode.IsSpace(r) || unicode.IsControl(r) {
+			return fmt.Errorf("%w %q: no spaces, '/' or control characters", ErrExecutorID, id)
+		}
+	}
+	return nil
+}

@@ -60,7 +60,7 @@ func TestClientConnectsAndRefusalsAreAudited(t *testing.T) {
 	}
 
 	// Refusals: a bad token (refused), an id the token may not reach
-	// (refused), an offline executor (unavailable).
+	// (refused), an executor never joined (not_found).
 	bad := "opt_" + strings.Repeat("A", 43)
 	if _, err := dialVia(t, r, "build-1", bad, client.Config{Key: ck}); err == nil {
 		t.Fatal("a bad token connected")
@@ -69,10 +69,10 @@ func TestClientConnectsAndRefusalsAreAudited(t *testing.T) {
 		t.Fatal("an id outside the token's scope connected")
 	}
 	if _, err := dialVia(t, r, "build-9", clientTok, client.Config{Key: ck}); err == nil {
-		t.Fatal("an offline executor connected")
+		t.Fatal("an unknown executor connected")
 	}
 	refusals := waitEntries(t, logs, "client connect refused", 3)
-	want := map[string]string{"build-1": "refused", "other": "refused", "build-9": "unavailable"}
+	want := map[string]string{"build-1": "refused", "other": "refused", "build-9": "not_found"}
 	for _, entry := range refusals {
 		f := entry.ContextMap()
 		id, _ := f["executor"].(string)

@@ -76,7 +76,7 @@ func FuzzControlRequest(f *testing.F) {
 			}
 			return
 		}
-		if id == "" || len(id) > maxExecutorIDLen || !utf8.ValidString(id) || strings.ContainsAny(id, "/ \t\n\x00") {
+		if id == "" || len(id) > protocol.MaxExecutorIDLen || !utf8.ValidString(id) || strings.ContainsAny(id, "/ \t\n\x00") {
 			t.Fatalf("invalid executor id %q accepted", id)
 		}
 	})

@@ -86,7 +86,11 @@ func TestRelayRefusalsCarryTheirKinds(t *testing.T) {
 		_, err := dialVia(t, r, id, token, client.Config{NoResume: true})
 		return err
 	}
-	wantKind(t, "connect to an offline executor", dialErr("web-9", clientTok), protocol.CodeNotFound, protocol.KindUnavailable)
+	wantKind(t, "connect to an executor never joined", dialErr("web-9", clientTok), protocol.CodeNotFound, protocol.KindNotFound)
+	if err := r.tokens.BindExecutor("web-8", key(t).PublicKey()); err != nil {
+		t.Fatal(err)
+	}
+	wantKind(t, "connect to an offline executor", dialErr("web-8", clientTok), protocol.CodeNotFound, protocol.KindUnavailable)
 	wantKind(t, "connect outside the token's ACL", dialErr("db-1", r.token(t, TokenClient, CreateOptions{Executors: "web-*"})), protocol.CodeInvalidRequest, protocol.KindRefused)
 	wantKind(t, "connect with a bogus token", dialErr("web-1", "opt_bogus"), protocol.CodeInvalidRequest, protocol.KindRefused)
 	wantKind(t, "connect with a join token", dialErr("web-1", r.token(t, TokenJoin, CreateOptions{})), protocol.CodeInvalidRequest, protocol.KindRefused)

@@ -59,8 +59,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-	"unicode"
-	"unicode/utf8"
 
 	"github.com/coder/websocket"
 	"github.com/flynn/noise"
@@ -263,6 +261,7 @@ var (
 	ErrExecutorOffline = errors.New("executor is offline")
 	ErrNotAllowed      = errors.New("this client token may not reach that executor")
 	ErrShuttingDown    = errors.New("the relay is shutting down")
+	ErrUnknownExecutor = errors.New("no executor by this id has ever joined this relay")
 )
 
 // ErrAlreadyJoined refuses a join: the id is joined, with the same key, on
@@ -769,6 +768,19 @@ func (s *Server) leave(j *joined) {
 	s.log.Info("executor left", zap.String("executor", j.id))
 }
 
+// notJoined is the refusal for an executor id with no joined executor:
+// not_found when no executor has ever been bound to the id (a typo, or
+// one never joined — waiting will not help), unavailable when one has and
+// is offline now (it may come back; clients retry for a short grace). The
+// client's token has been checked and allows the id before this is told.
+func (s *Server) notJoined(id string) *protocol.Error {
+	_, bound, err := s.cfg.Tokens.ExecutorKey(id)
+	if err == nil && !bound {
+		return protocol.KindErrorf(protocol.KindNotFound, protocol.CodeNotFound, "relay/connect: %v: %s", ErrUnknownExecutor, id)
+	}
+	return protocol.KindErrorf(protocol.KindUnavailable, protocol.CodeNotFound, "relay/connect: executor %s is offline", id)
+}
+
 // connectRefused logs a refused relay/connect (the audit line: client key,
 // executor, reason kind; never the token) and sends the refusal.
 func (s *Server) connectRefused(ctx context.Context, mc *transport.MsgpackConn, m *transport.Message, client, remote, executorID string, e *protocol.Error) {
@@ -807,7 +819,7 @@ func (s *Server) connect(ctx context.Context, ctl net.Conn, mc *transport.Msgpac
 		return
 	}
 	if j == nil {
-		s.connectRefused(ctx, mc, m, client, remote, p.ExecutorID, protocol.KindErrorf(protocol.KindUnavailable, protocol.CodeNotFound, "relay/connect: executor %s is offline", p.ExecutorID))
+		s.connectRefused(ctx, mc, m, client, remote, p.ExecutorID, s.notJoined(p.ExecutorID))
 		return
 	}
 	if full {
@@ -870,27 +882,10 @@ func (s *Server) list(ctx context.Context, mc *transport.MsgpackConn, m *transpo
 // maxControlFrame bounds a control request (they are a few hundred bytes).
 const maxControlFrame = 64 << 10
 
-// maxExecutorIDLen bounds executor ids: they are map keys and log fields.
-const maxExecutorIDLen = 128
-
-// validExecutorID: 1..128 bytes of valid UTF-8 without whitespace, '/' or
-// control characters (ids appear in URLs, logs and listings).
-func validExecutorID(id string) bool {
-	if id == "" || len(id) > maxExecutorIDLen || !utf8.ValidString(id) {
-		return false
-	}
-	for _, r := range id {
-		if r == '/' || unicode.IsSpace(r) || unicode.IsControl(r) {
-			return false
-		}
-	}
-	return true
-}
-
 func parseJoin(m *transport.Message) (protocol.RelayJoinParams, *protocol.Error) {
 	var p protocol.RelayJoinParams
-	if m.Params == nil || m.Params.Decode(&p) != nil || !validExecutorID(p.ExecutorID) {
-		return p, protocol.KindErrorf(protocol.KindInvalid, protocol.CodeInvalidParams, "relay/join: a valid executorId is required (1-%d bytes, no spaces, '/' or control characters)", maxExecutorIDLen)
+	if m.Params == nil || m.Params.Decode(&p) != nil || protocol.CheckExecutorID(p.ExecutorID) != nil {
+		return p, protocol.KindErrorf(protocol.KindInvalid, protocol.CodeInvalidParams, "relay/join: a valid executorId is required (1-%d bytes, no spaces, '/' or control characters)", protocol.MaxExecutorIDLen)
 	}
 	if len(p.Labels) > maxLabels {
 		return p, protocol.KindErrorf(protocol.KindInvalid, protocol.CodeInvalidParams, "relay/join: at most %d labels", maxLabels)
@@ -900,7 +895,7 @@ func parseJoin(m *transport.Message) (protocol.RelayJoinParams, *protocol.Error)
 
 func parseConnect(m *transport.Message) (protocol.RelayConnectParams, *protocol.Error) {
 	var p protocol.RelayConnectParams
-	if m.Params == nil || m.Params.Decode(&p) != nil || !validExecutorID(p.ExecutorID) {
+	if m.Params == nil || m.Params.Decode(&p) != nil || protocol.CheckExecutorID(p.ExecutorID) != nil {
 		return p, protocol.KindErrorf(protocol.KindInvalid, protocol.CodeInvalidParams, "relay/connect: a valid executorId is required")
 	}
 	return p, nil

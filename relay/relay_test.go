@@ -257,26 +257,56 @@ func TestOfflineUnknownAndUnauthorisedTargetsGetClearErrors(t *testing.T) {
 	r := newRelay(t)
 	e := join(t, r, "web-1", r.token(t, TokenJoin, CreateOptions{}), key(t), nil)
 	e.waitJoined(t)
-	if _, err := dialVia(t, r, "ghost", r.token(t, TokenClient, CreateOptions{Executors: "*"}), client.Config{NoResume: true}); err == nil || !strings.Contains(err.Error(), "executor ghost is offline") {
-		t.Fatalf("offline: %v", err)
+	any := r.token(t, TokenClient, CreateOptions{Executors: "*"})
+	kindAndCode := func(err error) (protocol.Kind, int) {
+		var pe *protocol.Error
+		if !errors.As(err, &pe) {
+			t.Fatalf("%v (%T) carries no *protocol.Error", err, err)
+		}
+		return pe.Kind(), pe.Code
 	}
-	if _, err := dialVia(t, r, "web-1", r.token(t, TokenClient, CreateOptions{Executors: "db-*"}), client.Config{}); err == nil || !strings.Contains(err.Error(), "may not reach") {
-		t.Fatalf("ACL: %v", err)
+	// Never joined: not found, at once (waiting will not help).
+	_, err := dialVia(t, r, "ghost", any, client.Config{NoResume: true})
+	if k, _ := kindAndCode(err); k != protocol.KindNotFound {
+		t.Fatalf("unknown executor: kind %q (%v)", k, err)
 	}
-	if _, err := dialVia(t, r, "web-1", "opt_bogus", client.Config{}); err == nil {
-		t.Fatal("a bogus token was accepted")
+	// Joined once, offline now: unavailable with code not-found, which
+	// clients retry for their offline grace.
+	if err := r.tokens.BindExecutor("web-2", key(t).PublicKey()); err != nil {
+		t.Fatal(err)
+	}
+	_, err = dialVia(t, r, "web-2", any, client.Config{NoResume: true})
+	if k, code := kindAndCode(err); k != protocol.KindUnavailable || code != protocol.CodeNotFound {
+		t.Fatalf("offline executor: kind %q code %d (%v)", k, code, err)
+	}
+	// A token that may not reach the id learns nothing of it: refused,
+	// whether it exists or not.
+	for _, id := range []string{"web-1", "ghost"} {
+		_, err = dialVia(t, r, id, r.token(t, TokenClient, CreateOptions{Executors: "db-*"}), client.Config{})
+		if k, _ := kindAndCode(err); k != protocol.KindRefused {
+			t.Fatalf("ACL, %s: kind %q (%v)", id, k, err)
+		}
+	}
+	_, err = dialVia(t, r, "ghost", "opt_bogus", client.Config{})
+	if k, _ := kindAndCode(err); k != protocol.KindRefused {
+		t.Fatalf("bogus token: kind %q (%v)", k, err)
 	}
 	joinTok := r.token(t, TokenJoin, CreateOptions{})
-	if _, err := dialVia(t, r, "web-1", joinTok, client.Config{}); err == nil {
-		t.Fatal("a join token was accepted as a client token")
+	_, err = dialVia(t, r, "web-1", joinTok, client.Config{})
+	if k, _ := kindAndCode(err); k != protocol.KindRefused {
+		t.Fatalf("join token as a client token: kind %q (%v)", k, err)
 	}
 	// The bogus and the wrong-kind token; a client may retry, so at least.
 	if st := r.srv.Stats(); st.RefusedTokens < 2 {
 		t.Fatalf("refused tokens %d, want ≥ 2", st.RefusedTokens)
 	}
+	// A URL naming another key than the relay's: the error says which key
+	// the relay presented.
 	wrong := &testRelay{key: key(t), addr: r.addr}
-	if _, err := dialVia(t, wrong, "web-1", r.token(t, TokenClient, CreateOptions{Executors: "*"}), client.Config{}); err == nil {
-		t.Fatal("a wrong relay key was accepted")
+	_, err = dialVia(t, wrong, "web-1", any, client.Config{})
+	var km *relayclient.KeyMismatchError
+	if !errors.As(err, &km) || km.Presented != r.key.PublicKey() || km.Named != wrong.key.PublicKey() {
+		t.Fatalf("wrong relay key: %v (%T)", err, err)
 	}
 }
 
@@ -287,7 +317,7 @@ func TestRefusalIsNeverLostToTheRelayHangingUp(t *testing.T) {
 	r := newRelay(t)
 	for i := range 200 {
 		_, err := dialVia(t, r, "web-1", "opt_bogus", client.Config{NoResume: true})
-		if err == nil || !strings.Contains(err.Error(), "token is not known") {
+		if protocol.KindOf(err) != protocol.KindRefused {
 			t.Fatalf("dial %d: %v", i, err)
 		}
 	}
@@ -634,5 +664,25 @@ func TestTraceContextCrossesTheRelayEncryptedAndJoinsTheExecutorsSpans(t *testin
 	traceID := root.SpanContext().TraceID().String()
 	if b := seen(); len(b) == 0 || bytes.Contains(b, []byte(traceID)) || bytes.Contains(b, []byte("traceparent")) {
 		t.Fatalf("the relay saw the trace context in %d bytes", len(b))
+	}
+}
+
+// An executor given a relay URL whose fingerprint is not the relay's key
+// stops at once, saying which key the relay presented, instead of
+// knocking forever.
+func TestJoinWithTheWrongRelayKeyEndsSayingWhich(t *testing.T) {
+	r := newRelay(t)
+	wrong := &testRelay{key: key(t), addr: r.addr, tokens: r.tokens}
+	e := join(t, wrong, "w", r.token(t, TokenJoin, CreateOptions{}), key(t), nil)
+	var err error
+	select {
+	case err = <-e.done:
+		e.done <- err // for the cleanup
+	case <-time.After(testTimeout):
+		t.Fatal("join kept retrying with the wrong relay key")
+	}
+	var km *relayclient.KeyMismatchError
+	if !errors.As(err, &km) || km.Presented != r.key.PublicKey() {
+		t.Fatalf("join ended with %v (%T)", err, err)
 	}
 }

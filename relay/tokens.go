@@ -215,7 +215,7 @@ func OpenExistingStore(path string) (*Store, error) {
 	fi, err := os.Stat(path)
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) {
-			return nil, fmt.Errorf("relay: %w: %s does not exist (is %s the relay's --state-dir? relay serve and token create make it)", ErrNoStore, path, dir)
+			return nil, fmt.Errorf("relay: %w: %s does not exist (is %s the relay's --state-dir? relay init, relay serve and token create make it)", ErrNoStore, path, dir)
 		}
 		return nil, fmt.Errorf("relay: token store: %w", err)
 	}

@@ -188,6 +188,11 @@ type fsReq struct {
 	s      *Session
 	method string
 	pol    *sandbox.Resolved
+	// noFollow: the call's path is resolved without following any
+	// symlink, and a symlink at its final name is replaced, not written
+	// through (the noFollow of fs/create, fs/createDirectory and
+	// fs/createSymlink).
+	noFollow bool
 }
 
 func (s *Session) fsRequest(method string, rawPolicy any) (*fsReq, error) {
@@ -426,6 +431,8 @@ func (r *fsReq) writePlace(shown, p string) (*fsDir, string, *unix.Stat_t, error
 			return nil, "", nil, err
 		case st.Mode&unix.S_IFMT != unix.S_IFLNK:
 			return d, base, &st, nil
+		case r.noFollow:
+			return d, base, nil, nil // the rename replaces the link itself
 		}
 		link, err := readlinkAt(d.fd, base)
 		d.Close()
@@ -498,6 +505,7 @@ func (s *Session) CreateDirectory(p protocol.FsCreateDirectoryParams) (any, erro
 	if err != nil {
 		return nil, err
 	}
+	r.noFollow = p.NoFollow
 	if p.Recursive == nil || *p.Recursive {
 		var d *fsDir
 		if d, err = r.mkdirAll(p.Path, n, 0o755); err == nil {
@@ -540,6 +548,13 @@ func (s *Session) GetMetadata(p protocol.FsPathParams) (any, error) {
 	}
 	if stx.Mask&unix.STATX_BTIME != 0 {
 		md.CreatedAtMs = stx.Btime.Sec*1000 + int64(stx.Btime.Nsec)/1e6
+	}
+	if md.IsSymlink {
+		// Read by the same descriptor and name as the stat: the text
+		// lets a copy keep the link as a link.
+		if md.SymlinkTarget, err = readlinkAt(d.fd, base); err != nil {
+			return nil, r.failed(p.Path, n, false, err)
+		}
 	}
 	return md, nil
 }
@@ -637,6 +652,7 @@ func (s *Session) Copy(p protocol.FsCopyParams) (any, error) {
 		return nil, r.failed(p.SourcePath, src, false, err)
 	}
 	defer o.Close()
+	r.noFollow = p.NoFollow // for the destination: the source is open
 	if o.isDir() {
 		if !p.Recursive {
 			return nil, protocol.KindErrorf(protocol.KindInvalid, protocol.CodeInvalidRequest, "%s: %s: is a directory (set recursive)", r.method, p.SourcePath)
@@ -662,6 +678,40 @@ func (s *Session) Copy(p protocol.FsCopyParams) (any, error) {
 	}
 	if err := h.commit(); err != nil {
 		return nil, r.fsError(p.DestinationPath, err)
+	}
+	return protocol.Empty{}, nil
+}
+
+// CreateSymlink makes the symlink p.Path holding p.Target as given. It is
+// made under a temporary name and renamed into place, so an entry already
+// at the path (a file or another link, never a directory) is replaced
+// whole and nothing is written through it.
+func (s *Session) CreateSymlink(p protocol.FsCreateSymlinkParams) (any, error) {
+	r, n, err := s.fsBegin(protocol.MethodFsCreateSymlink, p.Sandbox, p.Path)
+	if err != nil {
+		return nil, err
+	}
+	if p.Target == "" || strings.IndexByte(p.Target, 0) >= 0 {
+		return nil, protocol.KindErrorf(protocol.KindInvalid, protocol.CodeInvalidParams, "invalid params for %s: target must be non-empty and hold no NUL byte", r.method)
+	}
+	r.noFollow = p.NoFollow
+	d, base, err := r.parent(p.Path, n)
+	if err != nil {
+		return nil, r.failed(p.Path, n, true, err)
+	}
+	defer d.Close()
+	// The link's own place is judged, not where it leads: what is later
+	// opened through it is judged by where it really is.
+	if base == "." || !r.allows(d.child(base), true) || !r.linkPlaceWritable(d, base) {
+		return nil, r.denied(p.Path, true)
+	}
+	tmp := tempName(base)
+	if err := unix.Symlinkat(p.Target, d.fd, tmp); err != nil {
+		return nil, r.fsError(p.Path, err)
+	}
+	if err := unix.Renameat(d.fd, tmp, d.fd, base); err != nil {
+		unix.Unlinkat(d.fd, tmp, 0)
+		return nil, r.fsError(p.Path, err)
 	}
 	return protocol.Empty{}, nil
 }
@@ -752,6 +802,7 @@ func (s *Session) Create(p protocol.FsCreateParams) (any, error) {
 	if err != nil {
 		return nil, err
 	}
+	r.noFollow = p.NoFollow
 	h, err := r.createTemp(p.Path, n, p.Mode)
 	if err != nil {
 		return nil, err

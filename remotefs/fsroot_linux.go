@@ -77,6 +77,56 @@ func openat2(dirfd int, path string, flags int) (int, error) {
 	}
 }
 
+// openat2NoSymlinks opens path like openat2 but follows no symlink at
+// all (a call's noFollow): a link anywhere in the path fails the open
+// with ELOOP instead of leading elsewhere. Before openat2 it walks the
+// path one component at a time with O_NOFOLLOW.
+func openat2NoSymlinks(dirfd int, path string, flags int) (int, error) {
+	how := unix.OpenHow{Flags: uint64(flags | unix.O_CLOEXEC), Resolve: unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS}
+	for i := 0; ; i++ {
+		fd, err := unix.Openat2(dirfd, path, &how)
+		switch {
+		case err == nil:
+			return fd, nil
+		case (err == unix.EAGAIN || err == unix.EINTR) && i < 16:
+			continue
+		case err == unix.ENOSYS:
+			return openNoFollowWalk(dirfd, path, flags)
+		}
+		return -1, err
+	}
+}
+
+// openNoFollowWalk opens path component by component, none followed.
+func openNoFollowWalk(dirfd int, path string, flags int) (int, error) {
+	names := strings.Split(path, "/")
+	start := "."
+	if filepath.IsAbs(path) {
+		start = "/"
+	}
+	fd, err := unix.Openat(dirfd, start, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	for i := 0; err == nil && i < len(names); i++ {
+		if names[i] == "" || names[i] == "." {
+			continue
+		}
+		next := unix.O_PATH | unix.O_DIRECTORY
+		if i == len(names)-1 {
+			next = flags
+		}
+		nfd, oerr := unix.Openat(fd, names[i], next|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		var st unix.Stat_t
+		if oerr == unix.ENOTDIR && unix.Fstatat(fd, names[i], &st, unix.AT_SYMLINK_NOFOLLOW) == nil && st.Mode&unix.S_IFMT == unix.S_IFLNK {
+			oerr = unix.ELOOP // O_DIRECTORY met the link before O_NOFOLLOW did
+		}
+		unix.Close(fd)
+		fd, err = nfd, oerr
+	}
+	if err != nil {
+		return -1, err
+	}
+	return fd, nil
+}
+
 // errUnplaced: /proc/self/fd cannot say where a descriptor is (no /proc,
 // or a place outside this process's root).
 var errUnplaced = errors.New("cannot tell where it is")
@@ -127,7 +177,14 @@ func (r *fsReq) placed(shown string, fd int, opened string) (string, error) {
 
 // openDir opens the directory p, following symlinks as p says.
 func (r *fsReq) openDir(shown, p string) (*fsDir, error) {
-	fd, err := openat2(unix.AT_FDCWD, p, unix.O_PATH|unix.O_DIRECTORY)
+	open := openat2
+	if r.noFollow {
+		open = openat2NoSymlinks
+	}
+	fd, err := open(unix.AT_FDCWD, p, unix.O_PATH|unix.O_DIRECTORY)
+	if err == unix.ELOOP && r.noFollow {
+		return nil, protocol.KindErrorf(protocol.KindInvalid, protocol.CodeInvalidRequest, "%s: %s: a symlink in the path, which noFollow does not follow", r.method, shown)
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -79,6 +79,14 @@ func Dial(ctx context.Context, url string, key noise.DHKey, opts Options) (*Conn
 	nc, err := transport.NoiseInitiator(ctx, raw, transport.NoiseConfig{Static: key, Purpose: Purpose, PeerStatic: u.Key[:], HandshakeTimeout: opts.HandshakeTimeout})
 	if err != nil {
 		raw.Close()
+		if errors.Is(err, transport.ErrHandshakeRefused) {
+			// A relay refuses an IK handshake made to a key it does not
+			// hold; so that the user learns which it is (a stale or
+			// mistyped fingerprint), ask the relay for its key.
+			if presented, perr := probeKey(ctx, u, opts); perr == nil && presented != u.Key {
+				return nil, &KeyMismatchError{Addr: u.Addr, Named: u.Key, Presented: presented}
+			}
+		}
 		return nil, fmt.Errorf("relay %s: %w", u.Addr, err)
 	}
 	sess, err := transport.MuxClient(nc, mux)
@@ -92,6 +100,46 @@ func Dial(ctx context.Context, url string, key noise.DHKey, opts Options) (*Conn
 		return nil, fmt.Errorf("relay %s: opening the control stream: %w", u.Addr, err)
 	}
 	return &Conn{url: u, sess: sess, ctl: ctl, mc: transport.NewMsgpackConn(ctl, protocol.MaxMessageBytes)}, nil
+}
+
+// KeyMismatchError: the relay at Addr holds another key than the one its
+// URL names. Nothing was sent to it but a handshake it could not answer.
+type KeyMismatchError struct {
+	Addr      string
+	Named     identity.PublicKey // the URL's #fingerprint
+	Presented identity.PublicKey // the key the relay presented
+}
+
+func (e *KeyMismatchError) Error() string {
+	return fmt.Sprintf("relay %s presents key %s, not %s named by the relay URL; check the URL's #fingerprint (the relay prints its URL when it starts, and `outpost relay init` prints its fingerprint)",
+		e.Addr, e.Presented.Fingerprint(), e.Named.Fingerprint())
+}
+
+var errProbeDone = errors.New("probe done")
+
+// probeKey learns the key the relay presents, without revealing ours: an
+// XX handshake abandoned after the relay's message, before the one that
+// would carry our static key.
+func probeKey(ctx context.Context, u transport.URL, opts Options) (identity.PublicKey, error) {
+	raw, err := u.Dial(ctx)
+	if err != nil {
+		return identity.PublicKey{}, err
+	}
+	defer raw.Close()
+	eph, err := identity.Generate()
+	if err != nil {
+		return identity.PublicKey{}, err
+	}
+	var presented identity.PublicKey
+	_, err = transport.NoiseInitiator(ctx, raw, transport.NoiseConfig{Static: eph.Keypair(), Purpose: Purpose, HandshakeTimeout: opts.HandshakeTimeout,
+		VerifyPeer: func(peer []byte) error {
+			copy(presented[:], peer)
+			return errProbeDone
+		}})
+	if errors.Is(err, errProbeDone) {
+		return presented, nil
+	}
+	return identity.PublicKey{}, err
 }
 
 // Addr is the relay's HOST:PORT.
