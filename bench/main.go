@@ -55,6 +55,7 @@ import (
 	"github.com/outpost-exec/outpost/identity"
 	"github.com/outpost-exec/outpost/internal/fakemodel"
 	"github.com/outpost-exec/outpost/internal/peers"
+	"github.com/outpost-exec/outpost/local"
 	"github.com/outpost-exec/outpost/protocol"
 	"github.com/outpost-exec/outpost/sandbox"
 )
@@ -256,7 +257,7 @@ func (b *bench) connect(target string) (client.Environment, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	if target == "outpost-local" {
-		return client.Local(ctx)
+		return local.New(ctx)
 	}
 	url := b.urls[target]
 	cfg := client.Config{Key: b.key, NoResume: true, KnownExecutors: filepath.Join(b.dir, "known_executors")}

@@ -8,7 +8,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/outpost-exec/outpost/internal/tracing"
+	"github.com/outpost-exec/outpost/internal/tracing/tracectx"
 	"github.com/outpost-exec/outpost/protocol"
 )
 
@@ -32,12 +32,12 @@ func (r *Remote) StartProcess(ctx context.Context, params protocol.ExecParams) (
 	if params.ProcessID == "" {
 		params.ProcessID = "p" + strconv.FormatInt(r.nextID.Add(1), 10)
 	}
-	if tr := tracing.Tracer(r.cfg.TracerProvider); tr != nil {
+	if tr := tracectx.Tracer(r.cfg.TracerProvider); tr != nil {
 		var span trace.Span
 		ctx, span = tr.Start(ctx, protocol.MethodProcessStart, trace.WithSpanKind(trace.SpanKindClient),
 			trace.WithAttributes(attribute.String("outpost.process_id", params.ProcessID)))
 		defer func() { endSpan(span, err) }()
-		params.TraceParent, params.TraceState = tracing.Inject(ctx)
+		params.TraceParent, params.TraceState = tracectx.Inject(ctx)
 	}
 	if params.Env == nil {
 		params.Env = map[string]string{}
@@ -57,6 +57,7 @@ func (r *Remote) StartProcess(ctx context.Context, params protocol.ExecParams) (
 		return nil, protocol.StartResult{}, err
 	}
 	p.pid = res.Pid
+	p.started.Store(true)
 	if res.ProcessID == "" {
 		res.ProcessID = p.id
 	}

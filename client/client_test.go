@@ -427,7 +427,7 @@ func TestCommandIsShapedLikeExecCmd(t *testing.T) {
 	}
 	cmd = Command(env, "/bin/sh", "-c", "echo $0 $FOO; pwd")
 	cmd.Args[0] = "renamed"
-	cmd.Environ = []string{"FOO=bar", "PATH=/usr/bin:/bin"}
+	cmd.Env = []string{"FOO=bar", "PATH=/usr/bin:/bin"}
 	cmd.Dir = "/tmp"
 	out, err = cmd.Output()
 	if err != nil || string(out) != "renamed bar\n/tmp\n" {
@@ -473,36 +473,6 @@ func TestProcessProxyWriteSignalResizeTerminate(t *testing.T) {
 	res, err := p.Wait(ctx)
 	if err != nil || res.ExitCode != 128+15 {
 		t.Fatalf("%+v %v", res, err)
-	}
-}
-
-func TestLocalAndProvider(t *testing.T) {
-	t.Setenv("OUTPOST_EXEC_SERVER_URL", "")
-	env, err := ProviderFromEnv().Environment(ctxT(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer env.Close()
-	if _, ok := env.(*LocalEnvironment); !ok {
-		t.Fatalf("unset URL gave %T, want Local", env)
-	}
-	out, err := Command(env, "echo", "local").Output()
-	if err != nil || string(out) != "local\n" {
-		t.Fatalf("%q %v", out, err)
-	}
-	t.Setenv("OUTPOST_EXEC_SERVER_URL", "none")
-	if _, err := ProviderFromEnv().Environment(ctxT(t)); !errors.Is(err, ErrDisabled) {
-		t.Fatalf("none: %v", err)
-	}
-	ex := startExecutor(t, nil)
-	p := EnvironmentProvider{URL: ex.url, Config: Config{Key: newKey(t), KnownExecutors: filepath.Join(t.TempDir(), "k")}}
-	remote, err := p.Environment(ctxT(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer remote.Close()
-	if _, ok := remote.(*Remote); !ok {
-		t.Fatalf("URL gave %T", remote)
 	}
 }
 

@@ -6,20 +6,41 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 
 	"github.com/outpost-exec/outpost/protocol"
 )
 
-// Cmd runs a command in an Environment; it is shaped like os/exec.Cmd.
+// Cmd runs a command on an executor; it is shaped like os/exec.Cmd, so
+// code written for os/exec ports field for field: Path, Args, Env, Dir,
+// Stdin, Stdout, Stderr.
 type Cmd struct {
-	Env  Environment
+	// Executor is where the command runs: an executor reached with Dial,
+	// or this machine (package local). (Env is not it: Env holds the
+	// environment variables, as in os/exec.)
+	Executor Environment
+	// Path is the program: a name looked up in the child's PATH on the
+	// executor, or a path there.
 	Path string
 	Args []string // Args[0] is the program as the child sees it
-	// Dir is the working directory on the executor (a path or file: URI).
+	// Dir is the working directory on the executor (a path or file: URI);
+	// "" is the executor's own.
 	Dir string
-	// Environ is the child's exact environment as KEY=VALUE; nil with
-	// InheritEnv inherits the executor's core variables instead.
-	Environ    []string
+	// Env is the child's environment, "KEY=VALUE" entries, as in os/exec:
+	//
+	//   - nil: the executor's environment, as `outpost exec` gives it —
+	//     its core variables (PATH, HOME, USER, LOGNAME, SHELL, TMPDIR,
+	//     TMP, TEMP, LANG, LC_ALL, LC_CTYPE). The executor's, not this
+	//     process's: os/exec's parent is here the executor.
+	//   - non-nil: exactly these variables (the last of a repeated key
+	//     wins); with InheritEnv, laid over the executor's instead.
+	//
+	// So os/exec's cmd.Env = append(os.Environ(), "K=V") — which would
+	// send this machine's variables to another — is here cmd.Env =
+	// []string{"K=V"} with InheritEnv.
+	Env []string
+	// InheritEnv lays a non-nil Env over the executor's environment (as a
+	// nil Env gets it) instead of replacing it.
 	InheritEnv bool
 	Tty        bool
 
@@ -45,21 +66,26 @@ type ExitError struct {
 
 func (e *ExitError) Error() string { return fmt.Sprintf("exit status %d", e.Code) }
 
-// Command returns a Cmd for name and args in env.
-func Command(env Environment, name string, args ...string) *Cmd {
-	return CommandContext(context.Background(), env, name, args...)
+// Command returns a Cmd that runs name with args on executor.
+func Command(executor Environment, name string, args ...string) *Cmd {
+	return CommandContext(context.Background(), executor, name, args...)
 }
 
 // CommandContext is Command with a context: when ctx is done the process
 // is terminated.
-func CommandContext(ctx context.Context, env Environment, name string, args ...string) *Cmd {
-	return &Cmd{Env: env, Path: name, Args: append([]string{name}, args...), ctx: ctx}
+func CommandContext(ctx context.Context, executor Environment, name string, args ...string) *Cmd {
+	return &Cmd{Executor: executor, Path: name, Args: append([]string{name}, args...), ctx: ctx}
 }
 
-// Start starts the command.
+// Start starts the command. A refusal by the executor is a *SpawnError:
+// errors.Is(err, exec.ErrNotFound) when the program was not found, as
+// with os/exec; a failed connection is a *TransportError.
 func (c *Cmd) Start() error {
 	if c.Process != nil {
 		return errors.New("outpost: already started")
+	}
+	if c.Executor == nil {
+		return errors.New("outpost: Cmd.Executor is nil")
 	}
 	if c.ctx == nil {
 		c.ctx = context.Background()
@@ -69,19 +95,23 @@ func (c *Cmd) Start() error {
 		arg0 := c.Args[0]
 		params.Arg0 = &arg0
 	}
-	if c.Environ != nil || !c.InheritEnv {
-		params.Env = map[string]string{}
-		for _, kv := range c.Environ {
-			k, v, _ := cutEnv(kv)
-			params.Env[k] = v
+	params.Env = map[string]string{}
+	for _, kv := range c.Env {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok {
+			// execve would pass it on, but the wire carries a map.
+			return fmt.Errorf("outpost: Env entry %q is not KEY=VALUE", kv)
 		}
+		params.Env[k] = v
 	}
-	if c.InheritEnv {
+	if c.Env == nil || c.InheritEnv {
+		// What outpost exec sends: the executor lays Env over its own
+		// core variables.
 		params.EnvPolicy = &protocol.EnvPolicy{Inherit: protocol.InheritCore}
 	}
-	p, err := c.Env.Start(c.ctx, params)
+	p, err := c.Executor.Start(c.ctx, params)
 	if err != nil {
-		return err
+		return classifyStartError(err)
 	}
 	c.Process = p
 	if c.Stdin != nil {
@@ -98,15 +128,6 @@ func (c *Cmd) Start() error {
 		}()
 	}
 	return nil
-}
-
-func cutEnv(kv string) (string, string, bool) {
-	for i := 0; i < len(kv); i++ {
-		if kv[i] == '=' {
-			return kv[:i], kv[i+1:], true
-		}
-	}
-	return kv, "", false
 }
 
 func (c *Cmd) feedStdin() error {

@@ -49,6 +49,15 @@ type Config struct {
 	// NoTOFU refuses executors whose key is not pinned, instead of pinning
 	// the key presented on first contact.
 	NoTOFU bool
+	// OnPin, if set, is called each time trust on first use records a key
+	// in the KnownExecutors file: with the address it is pinned under (a
+	// direct executor's URL without the fingerprint, or the relay's URL
+	// and "/" and the executor id), the key, and the file. It is not
+	// called for a key already on record, nor for a key pinned by the URL
+	// or Pin. A program can thus say what it trusted, as ssh does ("added
+	// to the list of known hosts"). It runs on the dialing goroutine,
+	// after the pin is written.
+	OnPin func(addr string, key identity.PublicKey, file string)
 
 	// Mux configures yamux on the native transport (default
 	// transport.DefaultMuxConfig()).
@@ -185,6 +194,29 @@ func Dial(ctx context.Context, url string, cfg Config) (*Remote, error) {
 	return newRemote(ctx, url, dial, cfg)
 }
 
+// DialConn connects to an executor over connections that dial opens,
+// speaking the native protocol (yamux and msgpack) on them directly. No
+// Noise handshake is made, so each connection must already be private and
+// authenticated: an in-process pipe to an executor.Server's ServeMux (as
+// package local does), or a channel the caller secured itself. name is the
+// Remote's URL, in its errors and spans. cfg is validated, its zero fields
+// filled from DefaultConfig; its key and pin fields are not used. When a
+// connection drops, dial is called again to resume, unless cfg.NoResume.
+func DialConn(ctx context.Context, name string, dial func(context.Context) (net.Conn, error), cfg Config) (*Remote, error) {
+	cfg, err := cfg.ready()
+	if err != nil {
+		return nil, err
+	}
+	muxCfg := cfg.Mux
+	return newRemote(ctx, name, func(ctx context.Context, route func(string, transport.Params, bool)) (*conn, error) {
+		nc, err := dial(ctx)
+		if err != nil {
+			return nil, err
+		}
+		return muxConn(nc, muxCfg, route)
+	}, cfg)
+}
+
 // nativeDialer prepares the Noise identity and pins for tcp:// and unix://.
 func nativeDialer(u transport.URL, cfg Config) (dialFunc, error) {
 	pinned, err := cfg.pin()
@@ -210,7 +242,7 @@ func nativeDialer(u transport.URL, cfg Config) (dialFunc, error) {
 		if err != nil {
 			return nil, err
 		}
-		nc, err := handshake(ctx, raw, key, u, pinned, known, cfg.NoTOFU)
+		nc, err := handshake(ctx, raw, key, u, pinned, known, cfg.NoTOFU, cfg.OnPin)
 		if err != nil {
 			raw.Close()
 			return nil, err
@@ -290,12 +322,15 @@ func relayDialer(u transport.URL, cfg Config) (dialFunc, error) {
 		}
 		if exKey == nil {
 			if cfg.NoTOFU {
-				return fail(fmt.Errorf("executor %s has no pinned key and trust on first use is off", pinAddr))
+				return fail(fmt.Errorf("executor %s (key %s): %w", pinAddr, directory.Fingerprint(), ErrNotPinned))
 			}
 			if err := known.Pin(pinAddr, directory); err != nil {
 				return fail(err)
 			}
 			exKey = &directory
+			if cfg.OnPin != nil {
+				cfg.OnPin(pinAddr, directory, known.Path())
+			}
 		}
 		inner, err := transport.NoiseInitiator(ctx, st, transport.NoiseConfig{Static: key.Keypair(), Purpose: transport.PurposeExec, PeerStatic: exKey[:]})
 		if err != nil {
@@ -303,7 +338,7 @@ func relayDialer(u transport.URL, cfg Config) (dialFunc, error) {
 				if fromFile {
 					return fail(&identity.KeyMismatchError{Addr: pinAddr, Pinned: *exKey, Presented: directory, File: known.Path()})
 				}
-				return fail(fmt.Errorf("executor key for %s differs from the pin: pinned %s, the relay reports %s", pinAddr, exKey.Fingerprint(), directory.Fingerprint()))
+				return fail(fmt.Errorf("%w: executor %s: pinned %s (by Config.Pin), the relay reports %s", ErrPinMismatch, pinAddr, exKey.Fingerprint(), directory.Fingerprint()))
 			}
 			return fail(fmt.Errorf("executor %s: %w", pinAddr, err))
 		}
@@ -323,8 +358,9 @@ func relayDialer(u transport.URL, cfg Config) (dialFunc, error) {
 
 // handshake runs Noise as initiator: IK with a pinned key, XX (trust on
 // first use) otherwise. A pinned key that the executor no longer has is
-// refused with both fingerprints.
-func handshake(ctx context.Context, raw net.Conn, key identity.Key, u transport.URL, pinned *identity.PublicKey, known *identity.KnownExecutors, noTOFU bool) (net.Conn, error) {
+// refused with both fingerprints. onPin, if not nil, learns of a key
+// pinned by XX.
+func handshake(ctx context.Context, raw net.Conn, key identity.Key, u transport.URL, pinned *identity.PublicKey, known *identity.KnownExecutors, noTOFU bool, onPin func(string, identity.PublicKey, string)) (net.Conn, error) {
 	addr := u.Base()
 	cfg := transport.NoiseConfig{Static: key.Keypair(), Purpose: transport.PurposeExec}
 	fromFile := false
@@ -349,22 +385,43 @@ func handshake(ctx context.Context, raw net.Conn, key identity.Key, u transport.
 			if fromFile {
 				return nil, &identity.KeyMismatchError{Addr: addr, Pinned: *pinned, Presented: presented, File: known.Path()}
 			}
-			return nil, fmt.Errorf("executor key for %s differs from the pin: pinned %s, presented %s", addr, pinned.Fingerprint(), presented.Fingerprint())
+			return nil, fmt.Errorf("%w: executor %s: pinned %s (by the URL's #fingerprint or Config.Pin), presented %s", ErrPinMismatch, addr, pinned.Fingerprint(), presented.Fingerprint())
 		}
 		return nil, fmt.Errorf("executor %s refused this client (key %s is not authorised there): %w", addr, key.PublicKey().Fingerprint(), err)
 	}
 	if noTOFU {
-		return nil, fmt.Errorf("executor %s has no pinned key and trust on first use is off", addr)
+		return nil, fmt.Errorf("executor %s: %w", addr, ErrNotPinned)
 	}
+	var newPin *identity.PublicKey
 	cfg.VerifyPeer = func(peer []byte) error {
 		var k identity.PublicKey
 		copy(k[:], peer)
-		return known.Pin(addr, k)
+		if err := known.Pin(addr, k); err != nil {
+			return err
+		}
+		newPin = &k
+		return nil
 	}
-	return transport.NoiseInitiator(ctx, raw, cfg)
+	nc, err := transport.NoiseInitiator(ctx, raw, cfg)
+	// Reported once the handshake is over (not from inside it, where a
+	// slow callback would stall it), and even if it then failed: the pin
+	// is written either way.
+	if newPin != nil && onPin != nil {
+		onPin(addr, *newPin, known.Path())
+	}
+	return nc, err
 }
 
 var errProbeDone = errors.New("probe done")
+
+// ErrPinMismatch: the executor presents another key than the one pinned by
+// the URL or Config.Pin (a pin from the KnownExecutors file reports an
+// *identity.KeyMismatchError instead, naming the file).
+var ErrPinMismatch = errors.New("the executor's key differs from the pin")
+
+// ErrNotPinned: the executor's key is pinned nowhere (the URL, Config.Pin,
+// the KnownExecutors file) and Config.NoTOFU forbids pinning it now.
+var ErrNotPinned = errors.New("no pinned key for this executor, and trust on first use is off: pin it with the URL's #fingerprint or a line in the known executors file")
 
 // probeExecutorKey learns the key an executor presents, without revealing
 // ours (the XX handshake is abandoned before message 3).

@@ -5,6 +5,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
+	"os/exec"
 	"strings"
 	"time"
 
@@ -143,7 +145,12 @@ type (
 	// SandboxDeniedError: the command failed and the sandbox likely denied
 	// it; the result keeps all its output.
 	SandboxDeniedError struct{ ExitCode int }
-	// SpawnError: the executor could not start the command.
+	// SpawnError: the executor could not start the command. Err is the
+	// executor's *protocol.Error. As with os/exec, errors.Is matches
+	// exec.ErrNotFound when the program was not found (by name in the
+	// child's PATH, or at the path given), fs.ErrNotExist when the
+	// program or the working directory does not exist, and
+	// fs.ErrPermission when it may not be run (not executable).
 	SpawnError struct{ Err error }
 	// TransportError: the connection to the executor failed.
 	TransportError struct{ Err error }
@@ -156,8 +163,31 @@ func (e *SignalError) Error() string { return fmt.Sprintf("command killed by sig
 func (e *SandboxDeniedError) Error() string {
 	return fmt.Sprintf("command failed (exit %d), likely denied by the sandbox", e.ExitCode)
 }
-func (e *SpawnError) Error() string     { return "failed to start command: " + e.Err.Error() }
-func (e *SpawnError) Unwrap() error     { return e.Err }
+func (e *SpawnError) Error() string { return "failed to start command: " + e.Err.Error() }
+func (e *SpawnError) Unwrap() error { return e.Err }
+
+// Is decides by the error's kind, never its message (see SpawnError).
+func (e *SpawnError) Is(target error) bool {
+	switch target {
+	case exec.ErrNotFound:
+		return programNotFound(e.Err)
+	case fs.ErrNotExist:
+		return protocol.KindOf(e.Err) == protocol.KindNotFound
+	case fs.ErrPermission:
+		return protocol.KindOf(e.Err) == protocol.KindPermission
+	}
+	return false
+}
+
+// programNotFound reports whether a refused start means the program is
+// missing. not_found also covers the working directory: the executor
+// names it (param "cwd") when the spawn finds it missing, and refuses a
+// cwd it cannot resolve before spawning as invalid params.
+func programNotFound(err error) bool {
+	var pe *protocol.Error
+	return errors.As(err, &pe) && pe.Kind() == protocol.KindNotFound &&
+		pe.Param() != protocol.ParamCwd && pe.Code != protocol.CodeInvalidParams
+}
 func (e *TransportError) Error() string { return "executor connection failed: " + e.Err.Error() }
 func (e *TransportError) Unwrap() error { return e.Err }
 

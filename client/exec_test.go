@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -24,14 +25,12 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
+// localEnv is an executor in this test process, reached over TCP and
+// Noise like any remote one. (The in-process Environment is package
+// local's, which imports this package.)
 func localEnv(t *testing.T) Environment {
 	t.Helper()
-	env, err := Local(ctxT(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { env.Close() })
-	return env
+	return dial(t, startExecutor(t, nil).url, Config{})
 }
 
 func sh(script string) []string { return []string{"/bin/sh", "-c", script} }
@@ -126,7 +125,7 @@ func TestExecSpawnAndTransportFailures(t *testing.T) {
 	env := localEnv(t)
 	_, err := Exec(ctxT(t), env, ExecRequest{Argv: []string{"/nonexistent/tool"}, Env: testEnv})
 	var spawn *SpawnError
-	if !errors.As(err, &spawn) || !strings.Contains(err.Error(), "/nonexistent/tool") {
+	if !errors.As(err, &spawn) || !errors.Is(err, exec.ErrNotFound) || !strings.Contains(err.Error(), "/nonexistent/tool") {
 		t.Fatalf("spawn: %v", err)
 	}
 	ex := startExecutor(t, nil)

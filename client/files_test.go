@@ -9,27 +9,71 @@ import (
 	"errors"
 	"io"
 	"io/fs"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"testing/fstest"
 
 	"github.com/outpost-exec/outpost/executor"
+	"github.com/outpost-exec/outpost/transport"
 )
 
-func localFiles(t *testing.T, mutate func(*executor.Config)) *LocalEnvironment {
+// inProcess is an executor in this test process reached through DialConn
+// over in-memory pipes, as package local's is (which cannot be imported
+// here: it imports this package). Close, like local's, ends the session
+// and its processes and files.
+type inProcess struct {
+	*Remote
+	srv  *executor.Server
+	stop context.CancelFunc
+	wg   sync.WaitGroup
+}
+
+func (l *inProcess) Close() error {
+	err := l.Remote.Close()
+	l.stop()
+	l.wg.Wait()
+	l.srv.Shutdown(context.Background())
+	return err
+}
+
+// localFiles is an in-process executor configured by mutate.
+func localFiles(t *testing.T, mutate func(*executor.Config)) *inProcess {
 	t.Helper()
 	cfg := executor.DefaultConfig()
 	if mutate != nil {
 		mutate(&cfg)
 	}
-	env, err := LocalWith(ctxT(t), cfg)
+	srv, err := executor.NewServer(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { env.Close() })
-	return env
+	l := &inProcess{srv: srv}
+	srvCtx, stop := context.WithCancel(context.Background())
+	l.stop = stop
+	r, err := DialConn(ctxT(t), "local", func(context.Context) (net.Conn, error) {
+		a, b := net.Pipe()
+		sess, err := transport.MuxServer(b, transport.DefaultMuxConfig())
+		if err != nil {
+			return nil, err
+		}
+		l.wg.Add(1)
+		go func() {
+			defer l.wg.Done()
+			srv.ServeMux(srvCtx, sess, 0)
+		}()
+		return a, nil
+	}, Config{NoResume: true})
+	if err != nil {
+		stop()
+		t.Fatal(err)
+	}
+	l.Remote = r
+	t.Cleanup(func() { l.Close() })
+	return l
 }
 
 func randomData(t *testing.T, n int) []byte {

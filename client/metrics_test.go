@@ -26,18 +26,12 @@ func scrape(t *testing.T, url string) (int, string) {
 
 func TestAdminEndpointCountsProcessesByExitClass(t *testing.T) {
 	reg := prometheus.NewRegistry()
-	cfg := executor.DefaultConfig()
-	cfg.Metrics = executor.NewMetrics(reg)
 	adm, err := admin.Listen("127.0.0.1:0", reg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer adm.Close()
-	env, err := LocalWith(ctxT(t), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer env.Close()
+	env := localFiles(t, func(c *executor.Config) { c.Metrics = executor.NewMetrics(reg) })
 	for _, script := range []string{"exit 0", "exit 0", "exit 3", "kill -KILL $$"} {
 		// A signal death is reported as an error; the others are results.
 		if _, err := Exec(ctxT(t), env, ExecRequest{Argv: sh(script), Env: testEnv}); err != nil && !strings.Contains(script, "kill") {

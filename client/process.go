@@ -68,6 +68,11 @@ type Process struct {
 	id     string
 	events chan Event
 	pid    int
+	// started: the executor has answered the start. Until then there is
+	// nothing to catch up on: a start still in flight when the connection
+	// is replaced was sent on the new one, whose event stream carries all
+	// the process's events.
+	started atomic.Bool
 
 	deliverMu sync.Mutex
 	reorder   *sync.Cond

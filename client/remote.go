@@ -16,13 +16,13 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/outpost-exec/outpost/internal/backoff"
-	"github.com/outpost-exec/outpost/internal/tracing"
+	"github.com/outpost-exec/outpost/internal/tracing/tracectx"
 	"github.com/outpost-exec/outpost/protocol"
 	"github.com/outpost-exec/outpost/transport"
 )
 
 // Environment is a place where processes run: a remote executor, or this
-// machine (Local). Every topology offers the same API.
+// machine (package local). Every topology offers the same API.
 type Environment interface {
 	// Start starts a process. An empty ProcessID is filled in; nil Env
 	// means an empty environment (set EnvPolicy to inherit the executor's).
@@ -104,7 +104,7 @@ func newRemote(ctx context.Context, url string, dial dialFunc, cfg Config) (*Rem
 
 // connect dials and initializes, resuming sid when non-empty.
 func (r *Remote) connect(ctx context.Context, sid string) (_ *conn, _ string, err error) {
-	if tr := tracing.Tracer(r.cfg.TracerProvider); tr != nil {
+	if tr := tracectx.Tracer(r.cfg.TracerProvider); tr != nil {
 		var span trace.Span
 		ctx, span = tr.Start(ctx, "outpost.connect", trace.WithSpanKind(trace.SpanKindClient),
 			trace.WithAttributes(attribute.String("outpost.transport", urlScheme(r.url)), attribute.Bool("outpost.resume", sid != "")))
@@ -115,7 +115,7 @@ func (r *Remote) connect(ctx context.Context, sid string) (_ *conn, _ string, er
 		return nil, "", err
 	}
 	params := protocol.InitializeParams{ClientName: r.cfg.ClientName, ProtocolVersion: protocol.Version}
-	params.TraceParent, params.TraceState = tracing.Inject(ctx)
+	params.TraceParent, params.TraceState = tracectx.Inject(ctx)
 	if sid != "" {
 		params.ResumeSessionID = &sid
 	}
@@ -216,7 +216,9 @@ func (r *Remote) recover(cause error) {
 			// It expired, or the executor restarted.
 			r.failAll(fmt.Errorf("%w (%v); failed to resume session %s: %v", errTransport, cause, r.sessionID, err))
 			return
-		case kind == protocol.KindRefused:
+		case kind == protocol.KindRefused, kind == protocol.KindNotFound:
+			// Refused, or the relay no longer knows the executor (its id
+			// was unbound): waiting changes nothing.
 			r.failAll(fmt.Errorf("%w (%v); resuming session %s was refused: %v", errTransport, cause, r.sessionID, err))
 			return
 		case isPE && pe.Code == protocol.CodeNotFound && (kind == protocol.KindUnavailable || kind == ""):
@@ -248,7 +250,9 @@ func (r *Remote) catchUpAll() {
 	r.mu.Lock()
 	procs := make([]*Process, 0, len(r.procs))
 	for _, p := range r.procs {
-		procs = append(procs, p)
+		if p.started.Load() {
+			procs = append(procs, p)
+		}
 	}
 	r.mu.Unlock()
 	var wg sync.WaitGroup

@@ -14,6 +14,11 @@ import (
 	"path/filepath"
 	"reflect"
 	"strings"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/outpost-exec/outpost/protocol"
 )
 
 // Checked transfers: Upload, Download, CopyBetween and CopyWithin copy a
@@ -23,32 +28,75 @@ import (
 // read (fs/close's, or fs/hash's when the blocks did not go in order); a
 // difference is ErrChecksum.
 //
-// As with cp, a destination that is an existing directory, or that ends
-// in "/", receives the source under its own name. Files keep their
-// permission bits; directories are made with the executor's default mode
-// (fs/createDirectory takes none), or here with their own bits plus the
-// owner's rwx, under the umask. A tree's symlinks, devices, sockets and fifos are not copied:
-// each is reported to TransferOptions.Skipped (except within one
-// executor, where fs/copy copies a symlink as a symlink). A tree is
-// listed before anything is copied, so the totals are known from the
-// first Progress report.
+// As with cp, a destination that is an existing directory (or a symlink
+// to one), or that ends in "/", receives the source under its own name.
+// Missing parent directories of the destination are made, for a single
+// file as for a tree (as `-r` always did; refusing only one of the two
+// surprised users, and `mkdir -p` then cp is what they wanted). Files
+// keep their permission bits; directories are made with the executor's
+// default mode (fs/createDirectory takes none), or here with their own
+// bits plus the owner's rwx, under the umask.
+//
+// Symlinks: the source named is followed (it is what was asked for, as
+// with cp's -H and scp); inside a tree a symlink is copied as a symlink
+// holding the same text (cp -a, rsync -l), or with FollowLinks what it
+// leads to is copied (cp -L). Devices, sockets and fifos are not copied:
+// each is reported to TransferOptions.Skipped.
+//
+// Nothing is written through a symlink in the destination: the
+// directory the destination lands in is resolved once (the user's own
+// path, symlinks and all), and everything below it is reached without
+// following any symlink — here by descriptors (openat with O_NOFOLLOW),
+// on an executor with noFollow — so a link planted in the destination
+// tree makes the copy fail instead of leading elsewhere, and a link at a
+// file's own name is replaced by the file. Names listed by a source
+// executor are checked to be single path elements (ErrUnsafeName).
+//
+// A relative remote path ("rel.txt", "~/rel.txt") is resolved against
+// the executor user's home directory, as scp does, or, when the executor
+// reports none, against its working directory (environment/info).
+//
+// A tree is listed before anything is copied, so the totals are known
+// from the first Progress report.
 
 // ErrChecksum reports a file whose digest after a transfer differs from
 // what passed through the client (errors.Is).
 var ErrChecksum = errors.New("checksum mismatch after the transfer")
+
+// ErrUnsafeName reports a directory listing from an executor holding a
+// name that is not one path element ("", ".", "..", or with "/" or a NUL
+// byte): a broken or hostile executor's way to place a file outside the
+// destination. Nothing is copied.
+var ErrUnsafeName = errors.New("unsafe name in a directory listing")
+
+// ErrDestinationSymlink reports a symlink where a local copy needed a
+// directory of its own: it is not followed, so the copy stops there.
+var ErrDestinationSymlink = errors.New("a symlink in the destination, not followed")
+
+// ErrNoRemoteHome reports a relative remote path on an executor that
+// reports neither a home directory nor a working directory.
+var ErrNoRemoteHome = errors.New("a relative remote path, but the executor reports no home or working directory")
+
+// maxTreeDepth bounds how deep a listing goes (a symlink loop with
+// FollowLinks, or an executor describing an endless tree).
+const maxTreeDepth = 4096
 
 // TransferOptions shape a transfer.
 type TransferOptions struct {
 	// Recursive copies a directory tree; without it a directory is an
 	// error.
 	Recursive bool
+	// FollowLinks copies what each symlink of a tree leads to instead of
+	// the link (cp -L). A link leading nowhere is then an error, and so is
+	// a loop.
+	FollowLinks bool
 	// Progress, if set, is called on the transferring goroutine for every
 	// file: first with FileBytes 0, then after each chunk that passed,
 	// and last with Done set (also when the copy failed). Keep it quick.
 	Progress func(Progress)
 	// Skipped, if set, is called for each entry of a tree that is neither
-	// a regular file nor a directory (and so is not copied), in the
-	// order of the walk, with its source path and type bits.
+	// a regular file, a directory nor a symlink (and so is not copied), in
+	// the order of the walk, with its source path and type bits.
 	Skipped func(path string, mode fs.FileMode)
 	// Verify makes CopyWithin compare fs/hash of every regular file it
 	// copied with its source's. (fs/copy moves the bytes on the executor
@@ -78,10 +126,11 @@ type TransferResult struct {
 	// Destination is where the copy is: the destination given, or the
 	// source's name inside it when it is a directory.
 	Destination string
-	// Files were copied and checked, Dirs made, Bytes passed through the
-	// client. CopyWithin counts Files only with Verify, the rest never.
-	Files, Dirs int
-	Bytes       int64
+	// Files were copied and checked, Dirs made, Links (symlinks) made,
+	// Bytes passed through the client. CopyWithin counts Files only with
+	// Verify, the rest never.
+	Files, Dirs, Links int
+	Bytes              int64
 	// Skipped lists the source paths left out (see TransferOptions.Skipped).
 	Skipped []string
 }
@@ -91,34 +140,25 @@ type TransferResult struct {
 // landed; one that fails the check is removed.
 func Upload(ctx context.Context, files *Files, localPath, remotePath string, opts TransferOptions) (TransferResult, error) {
 	t := &transfer{ctx: ctx, opts: opts}
-	src, dst := localPath, remotePath
-	fi, err := os.Stat(src)
+	dstPath, err := remoteAbs(ctx, files, remotePath)
 	if err != nil {
 		return t.res, err
 	}
-	if info, err := files.Stat(ctx, dst); err == nil && info.IsDir() || strings.HasSuffix(dst, "/") {
-		dst = path.Join(dst, filepath.Base(src))
-	}
-	t.res.Destination = dst
-	if !fi.IsDir() {
-		t.plan = []entry{{kind: entryFile, from: src, to: dst, mode: fi.Mode(), size: fi.Size()}}
-	} else if !opts.Recursive {
-		return t.res, fmt.Errorf("%s is a directory (use -r)", src)
-	} else if err := filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, _ := filepath.Rel(src, p)
-		return t.add(d, p, path.Join(dst, filepath.ToSlash(rel)))
-	}); err != nil {
+	fi, err := os.Stat(localPath)
+	if err != nil {
 		return t.res, err
 	}
-	return t.run(func(e entry) error {
-		if e.kind == entryDir {
-			return files.MkdirAll(ctx, e.to)
-		}
-		return t.upload(files, e)
-	})
+	if fi.IsDir() && !opts.Recursive {
+		return t.res, fmt.Errorf("%s is a directory (use -r)", localPath)
+	}
+	dst, err := t.remoteDest(files, dstPath, filepath.Base(localPath))
+	if err != nil {
+		return t.res, err
+	}
+	if err := t.walk(localSource{}, localPath, dst.top, 0, nil); err != nil {
+		return t.res, err
+	}
+	return t.run(localSource{}, nil, dst)
 }
 
 // Download copies the file or tree remotePath on the executor to
@@ -127,28 +167,23 @@ func Upload(ctx context.Context, files *Files, localPath, remotePath string, opt
 // executor's of what it read.
 func Download(ctx context.Context, files *Files, remotePath, localPath string, opts TransferOptions) (TransferResult, error) {
 	t := &transfer{ctx: ctx, opts: opts, dirModes: true}
-	src, dst := remotePath, localPath
-	info, err := files.Stat(ctx, src)
+	srcPath, err := remoteAbs(ctx, files, remotePath)
 	if err != nil {
 		return t.res, err
 	}
-	if fi, err := os.Stat(dst); err == nil && fi.IsDir() || strings.HasSuffix(dst, "/") {
-		dst = filepath.Join(dst, path.Base(src))
-	}
-	t.res.Destination = dst
-	if !info.IsDir() {
-		t.plan = []entry{{kind: entryFile, from: src, to: dst, mode: info.Mode(), size: info.Size()}}
-	} else if !opts.Recursive {
-		return t.res, fmt.Errorf("%s is a directory (use -r)", src)
-	} else if err := t.walkRemote(files, src, func(p string) string { return filepath.Join(dst, filepath.FromSlash(p)) }); err != nil {
+	src := remoteSource{t: t, f: files}
+	if _, err := t.sourceInfo(src, srcPath); err != nil {
 		return t.res, err
 	}
-	return t.run(func(e entry) error {
-		if e.kind == entryDir {
-			return os.MkdirAll(e.to, e.mode.Perm()|0o700)
-		}
-		return t.download(files, e)
-	})
+	dst, err := t.localDest(localPath, path.Base(srcPath))
+	if err != nil {
+		return t.res, err
+	}
+	defer dst.close()
+	if err := t.walk(src, srcPath, dst.top, 0, nil); err != nil {
+		return t.res, err
+	}
+	return t.run(src, files, dst)
 }
 
 // CopyBetween copies the file or tree srcPath on one executor to dstPath
@@ -157,39 +192,97 @@ func Download(ctx context.Context, files *Files, remotePath, localPath string, o
 // a copy that fails the check is removed. When src and dst are one
 // connection with the same sandbox policy, it is CopyWithin.
 func CopyBetween(ctx context.Context, src *Files, srcPath string, dst *Files, dstPath string, opts TransferOptions) (TransferResult, error) {
+	if src == dst || src.r == dst.r && reflect.DeepEqual(src.Sandbox, dst.Sandbox) {
+		return CopyWithin(ctx, src, srcPath, dstPath, opts)
+	}
 	t := &transfer{ctx: ctx, opts: opts}
-	info, dstPath, err := t.prepare(src, srcPath, dst, dstPath)
+	return t.between(src, srcPath, dst, dstPath)
+}
+
+func (t *transfer) between(src *Files, srcPath string, dst *Files, dstPath string) (TransferResult, error) {
+	var err error
+	if srcPath, err = remoteAbs(t.ctx, src, srcPath); err != nil {
+		return t.res, err
+	}
+	if dstPath, err = remoteAbs(t.ctx, dst, dstPath); err != nil {
+		return t.res, err
+	}
+	from := remoteSource{t: t, f: src}
+	if _, err := t.sourceInfo(from, srcPath); err != nil {
+		return t.res, err
+	}
+	to, err := t.remoteDest(dst, dstPath, path.Base(srcPath))
 	if err != nil {
 		return t.res, err
 	}
-	if src == dst || src.r == dst.r && reflect.DeepEqual(src.Sandbox, dst.Sandbox) {
-		return t.within(src, srcPath, dstPath, info)
-	}
-	if !info.IsDir() {
-		t.plan = []entry{{kind: entryFile, from: srcPath, to: dstPath, mode: info.Mode(), size: info.Size()}}
-	} else if err := t.walkRemote(src, srcPath, func(p string) string { return path.Join(dstPath, p) }); err != nil {
+	if err := t.walk(from, srcPath, to.top, 0, nil); err != nil {
 		return t.res, err
 	}
-	return t.run(func(e entry) error {
-		if e.kind == entryDir {
-			return dst.MkdirAll(ctx, e.to)
-		}
-		return t.stream(src, dst, e)
-	})
+	return t.run(from, src, to)
 }
 
 // CopyWithin copies the file or tree srcPath to dstPath on one executor,
 // which copies by itself (fs/copy: modes kept, symlinks copied as
 // symlinks); nothing passes through the client, so there is no Progress.
 // With opts.Verify every regular file copied is then compared, by
-// fs/hash, with its source.
+// fs/hash, with its source. With opts.FollowLinks, which fs/copy cannot
+// do, the files stream through the client as with CopyBetween.
 func CopyWithin(ctx context.Context, files *Files, srcPath, dstPath string, opts TransferOptions) (TransferResult, error) {
 	t := &transfer{ctx: ctx, opts: opts}
-	info, dstPath, err := t.prepare(files, srcPath, files, dstPath)
+	if opts.FollowLinks {
+		return t.between(files, srcPath, files, dstPath)
+	}
+	var err error
+	if srcPath, err = remoteAbs(ctx, files, srcPath); err != nil {
+		return t.res, err
+	}
+	if dstPath, err = remoteAbs(ctx, files, dstPath); err != nil {
+		return t.res, err
+	}
+	info, err := t.sourceInfo(remoteSource{t: t, f: files}, srcPath)
 	if err != nil {
 		return t.res, err
 	}
-	return t.within(files, srcPath, dstPath, info)
+	dst, err := t.remoteDest(files, dstPath, path.Base(srcPath))
+	if err != nil {
+		return t.res, err
+	}
+	return t.within(files, srcPath, dst, info)
+}
+
+// remoteAbs resolves a relative remote path ("x", "~", "~/x") against the
+// executor user's home directory, or its working directory when it
+// reports no home: what scp does. Absolute paths, file: URIs and foreign
+// spellings (left to the executor's path mappings) pass as they are.
+func remoteAbs(ctx context.Context, files *Files, p string) (string, error) {
+	rel, ok := strings.CutPrefix(p, "~")
+	switch {
+	case ok && (rel == "" || rel[0] == '/'):
+		rel = strings.TrimLeft(rel, "/")
+	case ok, strings.HasPrefix(p, "/"), strings.HasPrefix(p, `\`), strings.HasPrefix(p, "file:"),
+		len(p) >= 2 && p[1] == ':' && (p[0]|0x20 >= 'a' && p[0]|0x20 <= 'z'):
+		return p, nil // absolute, a URI, a Windows spelling, or ~user (not resolved)
+	default:
+		rel = p
+	}
+	info, err := files.r.Info(ctx)
+	if err != nil {
+		return "", err
+	}
+	base := info.UserHomeDir
+	if base == "" {
+		base = strings.TrimPrefix(info.Cwd, "file://")
+	}
+	if !strings.HasPrefix(base, "/") {
+		return "", fmt.Errorf("%s: %w", p, ErrNoRemoteHome)
+	}
+	// Join keeps a trailing "/", which says "a directory" to the
+	// destination rule.
+	out := path.Join(base, rel)
+	if strings.HasSuffix(rel, "/") {
+		out += "/"
+	}
+	return out, nil
 }
 
 // transfer is one call of the API: its plan, as listed before anything
@@ -204,7 +297,7 @@ type transfer struct {
 	count  int   // files planned
 	passed int   // files whose bytes have passed
 
-	dirModes bool // plan directories with their modes (one more stat each)
+	dirModes bool // plan directories with their modes
 }
 
 type entryKind int
@@ -212,56 +305,492 @@ type entryKind int
 const (
 	entryDir entryKind = iota
 	entryFile
+	entryLink
 	entrySkip
 )
 
-// entry is one step of a plan.
+// entry is one step of a plan: from (its source path) to to (its path
+// relative to the destination's directory, slash-separated).
 type entry struct {
 	kind     entryKind
 	from, to string
 	mode     fs.FileMode
 	size     int64
+	link     string // a symlink's text
+	noFollow bool   // read from without following a final symlink
 }
 
-// add plans a walked entry: from (its source path) to to.
-func (t *transfer) add(d fs.DirEntry, from, to string) error {
-	switch {
-	case d.IsDir():
-		e := entry{kind: entryDir, from: from, to: to, mode: fs.ModeDir}
-		if t.dirModes {
-			info, err := d.Info()
-			if err != nil {
-				return err
+// source is where a plan is listed from: here or an executor.
+type source interface {
+	// lstat describes p itself, with a symlink's text.
+	lstat(p string) (fs.FileInfo, string, error)
+	// stat describes what p leads to; id names it, to tell a loop.
+	stat(p string) (fs.FileInfo, string, error)
+	// names lists the directory p.
+	names(p string) ([]string, error)
+	join(dir, name string) string
+}
+
+// sourceInfo describes the source operand, following it.
+func (t *transfer) sourceInfo(src source, p string) (fs.FileInfo, error) {
+	info, _, err := src.stat(p)
+	if err != nil {
+		return nil, err
+	}
+	if info.IsDir() && !t.opts.Recursive {
+		return nil, fmt.Errorf("%s is a directory (use -r)", p)
+	}
+	return info, nil
+}
+
+// walk plans from (and, for a directory, everything in it) to to. The
+// operand itself (depth 0) is followed when it is a symlink; a tree's
+// symlinks only with FollowLinks. seen holds the ids of the directories
+// above, followed through links.
+func (t *transfer) walk(src source, from, to string, depth int, seen []string) error {
+	if depth > maxTreeDepth {
+		return fmt.Errorf("%s: the tree is more than %d levels deep", from, maxTreeDepth)
+	}
+	info, link, err := src.lstat(from)
+	if err != nil {
+		return err
+	}
+	follow := depth == 0 || t.opts.FollowLinks
+	id := ""
+	if info.Mode()&fs.ModeSymlink != 0 {
+		if !follow {
+			if link == "" {
+				return fmt.Errorf("%s: the executor did not say where the symlink leads", from)
 			}
-			e.mode = info.Mode()
+			t.plan = append(t.plan, entry{kind: entryLink, from: from, to: to, link: link})
+			return nil
 		}
-		t.plan = append(t.plan, e)
-	case d.Type().IsRegular():
-		info, err := d.Info()
+		if info, id, err = src.stat(from); err != nil {
+			return fmt.Errorf("following the symlink %s: %w", from, err)
+		}
+	}
+	switch {
+	case info.IsDir():
+		if !t.opts.Recursive {
+			return fmt.Errorf("%s is a directory (use -r)", from)
+		}
+		if t.opts.FollowLinks {
+			if id == "" {
+				if _, id, err = src.stat(from); err != nil {
+					return err
+				}
+			}
+			for _, s := range seen {
+				if s == id {
+					return fmt.Errorf("%s: a symlink loop (it leads to a directory above it)", from)
+				}
+			}
+			seen = append(seen, id)
+		}
+		t.plan = append(t.plan, entry{kind: entryDir, from: from, to: to, mode: info.Mode()})
+		names, err := src.names(from)
 		if err != nil {
 			return err
 		}
-		t.plan = append(t.plan, entry{kind: entryFile, from: from, to: to, mode: info.Mode(), size: info.Size()})
+		for _, name := range names {
+			if err := t.walk(src, src.join(from, name), path.Join(to, name), depth+1, seen); err != nil {
+				return err
+			}
+		}
+	case info.Mode().IsRegular():
+		t.plan = append(t.plan, entry{kind: entryFile, from: from, to: to, mode: info.Mode(), size: info.Size(), noFollow: !follow})
 	default:
-		t.plan = append(t.plan, entry{kind: entrySkip, from: from, mode: d.Type()})
+		t.plan = append(t.plan, entry{kind: entrySkip, from: from, mode: info.Mode().Type()})
 	}
 	return nil
 }
 
-// walkRemote plans the tree src on the executor; to maps a path relative
-// to src to its destination.
-func (t *transfer) walkRemote(files *Files, src string, to func(string) string) error {
-	return fs.WalkDir(files.FS(t.ctx, src), ".", func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		return t.add(d, path.Join(src, p), to(p))
-	})
+// localSource lists the local file system.
+type localSource struct{}
+
+func (localSource) lstat(p string) (fs.FileInfo, string, error) {
+	info, err := os.Lstat(p)
+	if err != nil || info.Mode()&fs.ModeSymlink == 0 {
+		return info, "", err
+	}
+	link, err := os.Readlink(p)
+	return info, link, err
 }
 
-// run carries out the plan in order, copying each directory and file with
-// do.
-func (t *transfer) run(do func(entry) error) (TransferResult, error) {
+func (localSource) stat(p string) (fs.FileInfo, string, error) {
+	info, err := os.Stat(p)
+	if err != nil {
+		return nil, "", err
+	}
+	st, ok := info.Sys().(*syscall.Stat_t)
+	if !ok {
+		return nil, "", fmt.Errorf("%s: no inode to tell a symlink loop by", p)
+	}
+	return info, fmt.Sprintf("%d:%d", st.Dev, st.Ino), nil
+}
+
+func (localSource) names(p string) ([]string, error) {
+	ents, err := os.ReadDir(p)
+	names := make([]string, len(ents))
+	for i, e := range ents {
+		names[i] = e.Name()
+	}
+	return names, err
+}
+
+func (localSource) join(dir, name string) string { return filepath.Join(dir, name) }
+
+// remoteSource lists an executor's file system.
+type remoteSource struct {
+	t *transfer
+	f *Files
+}
+
+func (s remoteSource) lstat(p string) (fs.FileInfo, string, error) {
+	info, err := s.f.Stat(s.t.ctx, p)
+	if err != nil {
+		return nil, "", err
+	}
+	return info, info.Sys().(protocol.FsMetadata).SymlinkTarget, nil
+}
+
+// stat follows p: fs/getMetadata describes a symlink itself, so p is
+// resolved first; the resolved path is its id.
+func (s remoteSource) stat(p string) (fs.FileInfo, string, error) {
+	real, err := s.f.Canonicalize(s.t.ctx, p)
+	if err != nil {
+		return nil, "", err
+	}
+	info, err := s.f.Stat(s.t.ctx, real)
+	return info, real, err
+}
+
+func (s remoteSource) names(p string) ([]string, error) {
+	ents, err := s.f.ReadDir(s.t.ctx, p)
+	if err != nil {
+		return nil, err
+	}
+	names := make([]string, len(ents))
+	for i, e := range ents {
+		n := e.Name()
+		if n == "" || n == "." || n == ".." || strings.ContainsAny(n, "/\x00") {
+			return nil, fmt.Errorf("%s: %w: %q", p, ErrUnsafeName, n)
+		}
+		names[i] = n
+	}
+	return names, nil
+}
+
+func (remoteSource) join(dir, name string) string { return path.Join(dir, name) }
+
+// dest is where a plan is written: entries' paths are relative to its
+// directory, and nothing below that directory is followed.
+type dest interface {
+	mkdir(to string, mode fs.FileMode) error
+	symlink(to, target string) error
+	create(to string, perm fs.FileMode) (sink, error)
+	close()
+}
+
+// sink takes one file's bytes.
+type sink interface {
+	io.Writer
+	// abort drops an unfinished write.
+	abort()
+	// finish ends the write: the executor's digest of what it wrote, or
+	// ok false when the bytes were written here.
+	finish() (sum string, size int64, ok bool, err error)
+	// commit puts a checked file in place (a remote one already is).
+	commit() error
+	// discard drops a finished file that failed its check.
+	discard()
+}
+
+// destName applies cp's rule: an existing directory (or a symlink to
+// one), or a name ending in "/", receives the source under its own name.
+func destName(dst string, isDir bool, base string) (dir, name string, err error) {
+	if isDir || strings.HasSuffix(dst, "/") {
+		dst = path.Join(dst, base)
+	}
+	dst = path.Clean(dst)
+	dir, name = path.Split(dst)
+	if name == "" || name == "." || name == ".." {
+		return "", "", fmt.Errorf("%s: not a name to copy to", dst)
+	}
+	if dir == "" {
+		dir = "."
+	}
+	return path.Clean(dir), name, nil
+}
+
+// remoteDest prepares dstPath on an executor: the destination rule, its
+// parents made (as the user's path says), and that directory resolved
+// once, so everything below it is written with noFollow.
+func (t *transfer) remoteDest(files *Files, dstPath, base string) (*remoteDst, error) {
+	isDir := false
+	if info, err := files.Stat(t.ctx, dstPath); err == nil {
+		isDir = info.IsDir()
+		if info.Mode()&fs.ModeSymlink != 0 {
+			if real, err := files.Canonicalize(t.ctx, dstPath); err == nil {
+				ri, err := files.Stat(t.ctx, real)
+				isDir = err == nil && ri.IsDir()
+			}
+		}
+	}
+	dir, name, err := destName(dstPath, isDir, base)
+	if err != nil {
+		return nil, err
+	}
+	t.res.Destination = path.Join(dir, name)
+	if err := files.MkdirAll(t.ctx, dir); err != nil {
+		return nil, err
+	}
+	real, err := files.Canonicalize(t.ctx, dir)
+	if err != nil {
+		return nil, err
+	}
+	return &remoteDst{t: t, f: files, dir: real, top: name}, nil
+}
+
+type remoteDst struct {
+	t   *transfer
+	f   *Files
+	dir string // resolved: nothing below it is followed
+	top string
+}
+
+func (d *remoteDst) full(to string) string { return path.Join(d.dir, to) }
+
+func (d *remoteDst) close() {}
+
+func (d *remoteDst) mkdir(to string, _ fs.FileMode) error {
+	name := d.full(to)
+	return d.f.call(d.t.ctx, true, protocol.MethodFsCreateDirectory, name, protocol.FsCreateDirectoryParams{Path: name, Sandbox: d.f.Sandbox, NoFollow: true}, nil)
+}
+
+func (d *remoteDst) symlink(to, target string) error {
+	name := d.full(to)
+	return d.f.call(d.t.ctx, true, protocol.MethodFsCreateSymlink, name, protocol.FsCreateSymlinkParams{Path: name, Target: target, Sandbox: d.f.Sandbox, NoFollow: true}, nil)
+}
+
+func (d *remoteDst) create(to string, perm fs.FileMode) (sink, error) {
+	f, name := d.f, d.full(to)
+	id := f.handleID()
+	mode := uint32(perm.Perm())
+	if err := f.call(d.t.ctx, false, protocol.MethodFsCreate, name, protocol.FsCreateParams{HandleID: id, Path: name, Mode: &mode, Sandbox: f.Sandbox, NoFollow: true}, nil); err != nil {
+		return nil, err
+	}
+	return &remoteSink{t: d.t, w: &FileWriter{f: f, ctx: d.t.ctx, name: name, id: id, slots: make(chan struct{}, window)}}, nil
+}
+
+type remoteSink struct {
+	t *transfer
+	w *FileWriter
+}
+
+func (s *remoteSink) Write(b []byte) (int, error) { return s.w.Write(b) }
+func (s *remoteSink) abort()                      { s.w.Abort() }
+func (s *remoteSink) commit() error               { return nil }
+func (s *remoteSink) discard()                    { s.w.f.Remove(s.t.ctx, s.w.name, false) }
+func (s *remoteSink) finish() (string, int64, bool, error) {
+	if err := s.w.Close(); err != nil {
+		return "", 0, false, fmt.Errorf("%s: %w", s.w.name, err)
+	}
+	sum, size, err := executorSum(s.t.ctx, s.w.f, s.w.name, s.w.Sum)
+	return sum, size, true, err
+}
+
+// localDest prepares localPath here: the destination rule, its parents
+// made, and that directory opened once; everything below it is reached
+// by descriptors, following no symlink.
+func (t *transfer) localDest(localPath, base string) (*localDst, error) {
+	fi, err := os.Stat(localPath)
+	dir, name, err := destName(filepath.ToSlash(localPath), err == nil && fi.IsDir(), base)
+	if err != nil {
+		return nil, err
+	}
+	dir = filepath.FromSlash(dir)
+	t.res.Destination = filepath.Join(dir, name)
+	if err := os.MkdirAll(dir, 0o777); err != nil {
+		return nil, err
+	}
+	fd, err := unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, &fs.PathError{Op: "open", Path: dir, Err: err}
+	}
+	return &localDst{fd: fd, dir: dir, top: name}, nil
+}
+
+type localDst struct {
+	fd  int // the destination's directory, O_PATH
+	dir string
+	top string
+}
+
+func (d *localDst) close() { unix.Close(d.fd) }
+
+// parent opens the directory to lands in, beneath d, component by
+// component with O_NOFOLLOW; the caller closes it unless it is d.fd.
+func (d *localDst) parent(to string) (int, string, error) {
+	dir, name := path.Split(to)
+	fd := d.fd
+	for _, c := range strings.Split(strings.TrimSuffix(dir, "/"), "/") {
+		if c == "" {
+			continue
+		}
+		next, err := unix.Openat(fd, c, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		var st unix.Stat_t
+		if err == unix.ENOTDIR && unix.Fstatat(fd, c, &st, unix.AT_SYMLINK_NOFOLLOW) == nil && st.Mode&unix.S_IFMT == unix.S_IFLNK {
+			err = ErrDestinationSymlink
+		}
+		if fd != d.fd {
+			unix.Close(fd)
+		}
+		if err != nil {
+			return -1, "", d.pathErr(dir, err)
+		}
+		fd = next
+	}
+	return fd, name, nil
+}
+
+func (d *localDst) pathErr(to string, err error) error {
+	return &fs.PathError{Op: "copy to", Path: filepath.Join(d.dir, filepath.FromSlash(to)), Err: err}
+}
+
+func (d *localDst) done(fd int) {
+	if fd != d.fd {
+		unix.Close(fd)
+	}
+}
+
+func (d *localDst) mkdir(to string, mode fs.FileMode) error {
+	fd, name, err := d.parent(to)
+	if err != nil {
+		return err
+	}
+	defer d.done(fd)
+	err = unix.Mkdirat(fd, name, uint32(mode.Perm()|0o700))
+	if err == unix.EEXIST {
+		// An existing directory is used; anything else there, a symlink
+		// above all, is not.
+		var st unix.Stat_t
+		if err = unix.Fstatat(fd, name, &st, unix.AT_SYMLINK_NOFOLLOW); err == nil {
+			switch st.Mode & unix.S_IFMT {
+			case unix.S_IFDIR:
+				return nil
+			case unix.S_IFLNK:
+				err = ErrDestinationSymlink
+			default:
+				err = unix.EEXIST
+			}
+		}
+	}
+	if err != nil {
+		return d.pathErr(to, err)
+	}
+	return nil
+}
+
+// tempName is a fresh name beside base for a file or link renamed into
+// place once complete.
+func tempName(base string) string {
+	var rnd [6]byte
+	rand.Read(rnd[:])
+	tmp := "." + base + ".outpost-" + hex.EncodeToString(rnd[:])
+	if len(tmp) > 255 {
+		tmp = ".outpost-" + hex.EncodeToString(rnd[:])
+	}
+	return tmp
+}
+
+// symlink makes the link under a temporary name and renames it into
+// place: a file or link already there is replaced, never followed.
+func (d *localDst) symlink(to, target string) error {
+	fd, name, err := d.parent(to)
+	if err != nil {
+		return err
+	}
+	defer d.done(fd)
+	tmp := tempName(name)
+	if err := unix.Symlinkat(target, fd, tmp); err != nil {
+		return d.pathErr(to, err)
+	}
+	if err := unix.Renameat(fd, tmp, fd, name); err != nil {
+		unix.Unlinkat(fd, tmp, 0)
+		return d.pathErr(to, err)
+	}
+	return nil
+}
+
+func (d *localDst) create(to string, perm fs.FileMode) (sink, error) {
+	fd, name, err := d.parent(to)
+	if err != nil {
+		return nil, err
+	}
+	tmp := tempName(name)
+	ffd, err := unix.Openat(fd, tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, uint32(perm.Perm()))
+	if err != nil {
+		d.done(fd)
+		return nil, d.pathErr(to, err)
+	}
+	return &localSink{d: d, dirfd: fd, tmp: tmp, name: name, to: to, perm: perm, f: os.NewFile(uintptr(ffd), tmp)}, nil
+}
+
+// localSink writes a temporary file beside the target, renamed into
+// place once the digest matches: an interrupted or corrupt copy leaves
+// the target untouched.
+type localSink struct {
+	d             *localDst
+	dirfd         int
+	tmp, name, to string
+	perm          fs.FileMode
+	f             *os.File
+	closed        bool
+}
+
+func (s *localSink) Write(b []byte) (int, error) { return s.f.Write(b) }
+
+func (s *localSink) release() {
+	if !s.closed {
+		s.f.Close()
+	}
+	s.closed = true
+	unix.Unlinkat(s.dirfd, s.tmp, 0)
+	s.d.done(s.dirfd)
+}
+
+func (s *localSink) abort()   { s.release() }
+func (s *localSink) discard() { s.release() }
+
+func (s *localSink) finish() (string, int64, bool, error) {
+	// The mode past the umask, by the descriptor: the name could be
+	// swapped for a link meanwhile, the open file cannot.
+	err := s.f.Chmod(s.perm.Perm())
+	if err == nil {
+		err = s.f.Sync()
+	}
+	if cerr := s.f.Close(); err == nil {
+		err = cerr
+	}
+	s.closed = true
+	if err != nil {
+		s.release()
+		return "", 0, false, s.d.pathErr(s.to, err)
+	}
+	return "", 0, false, nil
+}
+
+func (s *localSink) commit() error {
+	defer s.release() // after the rename, the unlink finds nothing
+	if err := unix.Renameat(s.dirfd, s.tmp, s.dirfd, s.name); err != nil {
+		return s.d.pathErr(s.to, err)
+	}
+	return nil
+}
+
+// run carries out the plan in order.
+func (t *transfer) run(src source, srcFiles *Files, dst dest) (TransferResult, error) {
 	for _, e := range t.plan {
 		if e.kind == entryFile {
 			t.size += e.size
@@ -269,6 +798,7 @@ func (t *transfer) run(do func(entry) error) (TransferResult, error) {
 		}
 	}
 	for _, e := range t.plan {
+		var err error
 		switch e.kind {
 		case entrySkip:
 			t.res.Skipped = append(t.res.Skipped, e.from)
@@ -276,45 +806,112 @@ func (t *transfer) run(do func(entry) error) (TransferResult, error) {
 				t.opts.Skipped(e.from, e.mode)
 			}
 			continue
+		case entryDir:
+			if err = dst.mkdir(e.to, e.mode); err == nil {
+				t.res.Dirs++
+			}
+		case entryLink:
+			if err = dst.symlink(e.to, e.link); err != nil {
+				err = fmt.Errorf("cannot copy the symlink %s (-> %s): %w", e.from, e.link, err)
+			} else {
+				t.res.Links++
+			}
+		case entryFile:
+			if err = t.copyFile(srcFiles, dst, e); err == nil {
+				t.res.Files++
+			}
 		}
-		if err := do(e); err != nil {
+		if err != nil {
 			return t.res, err
-		}
-		if e.kind == entryDir {
-			t.res.Dirs++
-		} else {
-			t.res.Files++
 		}
 	}
 	return t.res, nil
 }
 
-// prepare checks src for a copy between executors (or within one) and
-// applies cp's rule for a destination directory.
-func (t *transfer) prepare(src *Files, srcPath string, dst *Files, dstPath string) (fs.FileInfo, string, error) {
-	info, err := src.Stat(t.ctx, srcPath)
+// copyFile passes one file from its source (here when srcFiles is nil)
+// to dst. What passed is hashed; the source executor's digest of what it
+// read and the destination executor's of what it wrote must both equal
+// it, and a file read here must still have its listed size.
+func (t *transfer) copyFile(srcFiles *Files, dst dest, e entry) error {
+	var r io.Reader
+	var srcSum func() (string, int64, bool)
+	if srcFiles == nil {
+		flags := os.O_RDONLY
+		if e.noFollow {
+			flags |= unix.O_NOFOLLOW // a file swapped for a link since the listing
+		}
+		in, err := os.OpenFile(e.from, flags, 0)
+		if err != nil {
+			return err
+		}
+		defer in.Close()
+		r = in
+	} else {
+		in, err := srcFiles.Open(t.ctx, e.from)
+		if err != nil {
+			return err
+		}
+		defer in.Close() // after an error; a no-op after the explicit Close
+		r, srcSum = in, func() (string, int64, bool) {
+			if err := in.Close(); err != nil {
+				return "", 0, false
+			}
+			return in.Sum()
+		}
+	}
+	w, err := dst.create(e.to, e.mode)
 	if err != nil {
-		return nil, dstPath, err
+		return err
 	}
-	if info.IsDir() && !t.opts.Recursive {
-		return nil, dstPath, fmt.Errorf("%s is a directory (use -r)", srcPath)
+	got, n, err := t.pass(w, r, e)
+	if err != nil {
+		w.abort()
+		return fmt.Errorf("%s: %w", e.from, err)
 	}
-	if di, err := dst.Stat(t.ctx, dstPath); err == nil && di.IsDir() || strings.HasSuffix(dstPath, "/") {
-		dstPath = path.Join(dstPath, path.Base(srcPath))
+	dsum, dsize, remote, err := w.finish()
+	if err != nil {
+		return err
 	}
-	t.res.Destination = dstPath
-	return info, dstPath, nil
+	mismatch := func(side, sum string, size int64) error {
+		w.discard()
+		return fmt.Errorf("%s: %w (%s %s, %d bytes; passed %s, %d bytes)", side, ErrChecksum, side, sum, size, got, n)
+	}
+	if srcFiles != nil {
+		sum, size, err := executorSum(t.ctx, srcFiles, e.from, srcSum)
+		if err != nil {
+			w.discard()
+			return err
+		}
+		if sum != got || size != n {
+			return mismatch(e.from, sum, size)
+		}
+	} else if n != e.size {
+		// A file that changed size while it was read is not the file
+		// that was asked for.
+		return mismatch(e.from, got, e.size)
+	}
+	if remote && (dsum != got || dsize != n) {
+		return mismatch(t.destShown(dst, e), dsum, dsize)
+	}
+	return w.commit()
 }
 
-// within has the executor copy src to dst, then (with Verify) compares
-// each regular file's digest with its source's.
-func (t *transfer) within(files *Files, src, dst string, info fs.FileInfo) (TransferResult, error) {
-	if err := files.Copy(t.ctx, src, dst, info.IsDir()); err != nil || !t.opts.Verify {
+func (t *transfer) destShown(dst dest, e entry) string {
+	if d, ok := dst.(*remoteDst); ok {
+		return d.full(e.to)
+	}
+	return e.to
+}
+
+// within has the executor copy src to the destination, then (with
+// Verify) compares each regular file's digest with its source's. fs/copy
+// writes with noFollow below the resolved destination directory.
+func (t *transfer) within(files *Files, src string, dst *remoteDst, info fs.FileInfo) (TransferResult, error) {
+	to := dst.full(dst.top)
+	if err := files.call(t.ctx, false, protocol.MethodFsCopy, src, protocol.FsCopyParams{SourcePath: src, DestinationPath: to, Recursive: info.IsDir(), Sandbox: files.Sandbox, NoFollow: true}, nil); err != nil || !t.opts.Verify {
 		return t.res, err
 	}
-	if !info.IsDir() {
-		t.plan = []entry{{kind: entryFile, from: src, to: dst, mode: info.Mode(), size: info.Size()}}
-	} else if err := t.walkRemote(files, src, func(p string) string { return path.Join(dst, p) }); err != nil {
+	if err := t.walk(remoteSource{t: t, f: files}, src, dst.top, 0, nil); err != nil {
 		return t.res, err
 	}
 	for _, e := range t.plan {
@@ -325,12 +922,12 @@ func (t *transfer) within(files *Files, src, dst string, info fs.FileInfo) (Tran
 		if err != nil {
 			return t.res, err
 		}
-		sum, size, err := files.Hash(t.ctx, e.to)
+		sum, size, err := files.Hash(t.ctx, dst.full(e.to))
 		if err != nil {
 			return t.res, err
 		}
 		if sum != want || size != wsize {
-			return t.res, fmt.Errorf("%s: %w (source %s, %d bytes; copy %s, %d bytes)", e.to, ErrChecksum, want, wsize, sum, size)
+			return t.res, fmt.Errorf("%s: %w (source %s, %d bytes; copy %s, %d bytes)", dst.full(e.to), ErrChecksum, want, wsize, sum, size)
 		}
 		t.res.Files++
 	}
@@ -378,119 +975,4 @@ func executorSum(ctx context.Context, files *Files, name string, sum func() (str
 		return s, size, nil
 	}
 	return files.Hash(ctx, name)
-}
-
-func (t *transfer) upload(files *Files, e entry) error {
-	in, err := os.Open(e.from)
-	if err != nil {
-		return err
-	}
-	defer in.Close()
-	w, err := files.Create(t.ctx, e.to, e.mode.Perm())
-	if err != nil {
-		return err
-	}
-	want, _, err := t.pass(w, in, e)
-	if err != nil {
-		w.Abort()
-		return fmt.Errorf("%s: %w", e.from, err)
-	}
-	if err := w.Close(); err != nil {
-		return fmt.Errorf("%s: %w", e.to, err)
-	}
-	sum, size, err := executorSum(t.ctx, files, e.to, w.Sum)
-	if err != nil {
-		return err
-	}
-	// Against the size listed: a file that changed size while it was read
-	// is not the file that was asked for.
-	if sum != want || size != e.size {
-		files.Remove(t.ctx, e.to, false)
-		return fmt.Errorf("%s: %w (local %s, %d bytes; remote %s, %d bytes)", e.to, ErrChecksum, want, e.size, sum, size)
-	}
-	return nil
-}
-
-func (t *transfer) download(files *Files, e entry) error {
-	r, err := files.Open(t.ctx, e.from)
-	if err != nil {
-		return err
-	}
-	defer r.Close() // after an error; a no-op after the explicit Close
-	// A temporary file beside the target, renamed into place once the
-	// digest matches: an interrupted or corrupt copy leaves the target
-	// untouched.
-	var rnd [6]byte
-	rand.Read(rnd[:])
-	tmp := filepath.Join(filepath.Dir(e.to), "."+filepath.Base(e.to)+".outpost-"+hex.EncodeToString(rnd[:]))
-	out, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, e.mode.Perm())
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp) // after a successful rename, a no-op
-	got, n, err := t.pass(out, r, e)
-	if err == nil {
-		err = out.Sync()
-	}
-	if cerr := out.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return fmt.Errorf("%s: %w", e.from, err)
-	}
-	if err := r.Close(); err != nil {
-		return err
-	}
-	sum, size, err := executorSum(t.ctx, files, e.from, r.Sum)
-	if err != nil {
-		return err
-	}
-	if got != sum || n != size {
-		return fmt.Errorf("%s: %w (remote %s, %d bytes; received %s, %d bytes)", e.from, ErrChecksum, sum, size, got, n)
-	}
-	if err := os.Chmod(tmp, e.mode.Perm()); err != nil {
-		return err
-	}
-	return os.Rename(tmp, e.to)
-}
-
-// stream copies one file between executors: the source's digest (of
-// what it sent) and the destination's (of what it wrote) must both equal
-// what passed. A copy that fails the check is removed.
-func (t *transfer) stream(from, to *Files, e entry) error {
-	r, err := from.Open(t.ctx, e.from)
-	if err != nil {
-		return err
-	}
-	defer r.Close()
-	w, err := to.Create(t.ctx, e.to, e.mode.Perm())
-	if err != nil {
-		return err
-	}
-	got, n, err := t.pass(w, r, e)
-	if err != nil {
-		w.Abort()
-		return fmt.Errorf("%s: %w", e.from, err)
-	}
-	if err := w.Close(); err != nil {
-		return fmt.Errorf("%s: %w", e.to, err)
-	}
-	if err := r.Close(); err != nil {
-		return err
-	}
-	for _, side := range []struct {
-		f    *Files
-		name string
-		sum  func() (string, int64, bool)
-	}{{from, e.from, r.Sum}, {to, e.to, w.Sum}} {
-		sum, size, err := executorSum(t.ctx, side.f, side.name, side.sum)
-		if err != nil {
-			return err
-		}
-		if sum != got || size != n {
-			to.Remove(t.ctx, e.to, false)
-			return fmt.Errorf("%s: %w (%s, %d bytes; passed through %s, %d bytes)", side.name, ErrChecksum, sum, size, got, n)
-		}
-	}
-	return nil
 }

@@ -10,7 +10,6 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -149,25 +148,21 @@ func TestTransferUploadAndDownloadTreesAndFilesWithModesAndProgress(t *testing.T
 	var up progressLog
 	var skipped []string
 	res, err := Upload(ctx, f, src, remote, TransferOptions{Recursive: true, Progress: up.add, Skipped: func(p string, m fs.FileMode) {
-		if m&fs.ModeSymlink == 0 {
-			t.Errorf("%s skipped as %v", p, m)
-		}
 		skipped = append(skipped, p)
 	}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	tree := filepath.Join(remote, "src")
-	link := filepath.Join(src, "link")
-	if res.Destination != tree || res.Files != 4 || res.Dirs != 3 || res.Bytes != size || !slices.Equal(res.Skipped, []string{link}) || !slices.Equal(skipped, []string{link}) {
+	if res.Destination != tree || res.Files != 4 || res.Dirs != 3 || res.Links != 1 || res.Bytes != size || len(res.Skipped) != 0 || len(skipped) != 0 {
 		t.Fatalf("upload result %+v, skipped %v", res, skipped)
 	}
 	sameTree(t, src, tree, modes)
 	if fi, err := os.Stat(filepath.Join(tree, "nested", "empty")); err != nil || !fi.IsDir() {
 		t.Fatalf("the empty directory: %v", err)
 	}
-	if _, err := os.Lstat(filepath.Join(tree, "link")); !errors.Is(err, fs.ErrNotExist) {
-		t.Fatalf("the symlink was copied: %v", err)
+	if l, err := os.Readlink(filepath.Join(tree, "link")); err != nil || l != "run.sh" {
+		t.Fatalf("the symlink: %q %v", l, err)
 	}
 	up.check(t, 4, size)
 
@@ -177,8 +172,11 @@ func TestTransferUploadAndDownloadTreesAndFilesWithModesAndProgress(t *testing.T
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.Destination != back || res.Files != 4 || res.Bytes != size {
+	if res.Destination != back || res.Files != 4 || res.Links != 1 || res.Bytes != size {
 		t.Fatalf("download result %+v", res)
+	}
+	if l, err := os.Readlink(filepath.Join(back, "link")); err != nil || l != "run.sh" {
+		t.Fatalf("the symlink: %q %v", l, err)
 	}
 	sameTree(t, src, back, modes)
 	down.check(t, 4, size)
@@ -225,8 +223,11 @@ func TestTransferBetweenExecutorsAndWithinOne(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.Files != 4 || res.Bytes != size || !slices.Equal(skipped, []string{filepath.Join(src, "link")}) {
+	if res.Files != 4 || res.Links != 1 || res.Bytes != size || len(skipped) != 0 {
 		t.Fatalf("result %+v, skipped %v", res, skipped)
+	}
+	if l, err := os.Readlink(filepath.Join(dir, "via-client", "link")); err != nil || l != "run.sh" {
+		t.Fatalf("the symlink: %q %v", l, err)
 	}
 	sameTree(t, src, filepath.Join(dir, "via-client"), modes)
 	log.check(t, 4, size)
@@ -265,17 +266,26 @@ type corruptor struct {
 	target   string
 	toServer bool // what the client sends; else what it receives
 	hit      atomic.Bool
+	// from, when set, is replaced by to (as long) everywhere in the
+	// frames instead: a hostile executor's answer.
+	from, to []byte
 
 	mu    sync.Mutex
 	conns []net.Conn
 }
 
 func startCorruptor(t *testing.T, target string, toServer bool) *corruptor {
+	return startRewriter(t, target, toServer, nil, nil)
+}
+
+// startRewriter is a corruptor that replaces from with to in every frame
+// one way.
+func startRewriter(t *testing.T, target string, toServer bool, from, to []byte) *corruptor {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := &corruptor{ln: ln, target: strings.TrimPrefix(target, "ws://"), toServer: toServer}
+	c := &corruptor{ln: ln, target: strings.TrimPrefix(target, "ws://"), toServer: toServer, from: from, to: to}
 	t.Cleanup(func() {
 		ln.Close()
 		c.mu.Lock()
@@ -358,7 +368,14 @@ func (c *corruptor) pipe(dst, src net.Conn, corrupt bool) {
 		if _, err := io.ReadFull(r, payload); err != nil {
 			return
 		}
-		if corrupt && hdr[0]&0x0f <= 2 && !c.hit.Load() { // a data frame
+		if corrupt && c.from != nil && hdr[0]&0x0f <= 2 {
+			mask(payload, key)
+			if bytes.Contains(payload, c.from) {
+				payload = bytes.ReplaceAll(payload, c.from, c.to)
+				c.hit.Store(true)
+			}
+			mask(payload, key)
+		} else if corrupt && hdr[0]&0x0f <= 2 && !c.hit.Load() { // a data frame
 			mask(payload, key)
 			if i := bytes.Index(payload, []byte("QUFBQUFB")); i >= 0 && c.hit.CompareAndSwap(false, true) {
 				payload[i+1] = 'k' // "QkFB": "BAA" where "AAA" was

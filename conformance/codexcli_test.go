@@ -351,13 +351,15 @@ func codexWorkspaceWrite(t *testing.T, srv execServer) {
 
 // codexPoll: a command still running when its yield ends is polled with
 // write_stdin and empty chars until it exits. It waits for a file the test
-// creates only after checking where the command runs.
+// creates only after checking where the command runs. The first yield is
+// long enough for its first line to arrive on a loaded machine (a yield
+// returns what has arrived when it ends; 250 ms was too short at load 5).
 func codexPoll(t *testing.T, srv execServer) {
 	ws := t.TempDir()
 	marker := "poll-" + randomTag()
 	gate := filepath.Join(ws, "gate")
 	res := runCodexExec(t, srv.url, ws, []string{"--dangerously-bypass-approvals-and-sandbox"}, []fakemodel.Step{
-		{Exec: &fakemodel.ExecCall{Cmd: "echo started-" + marker + "; until [ -e gate ]; do sleep 0.05; done; echo done-" + marker, YieldMs: 250}},
+		{Exec: &fakemodel.ExecCall{Cmd: "echo started-" + marker + "; until [ -e gate ]; do sleep 0.05; done; echo done-" + marker, YieldMs: 1500}},
 		{
 			Before: func(prev *fakemodel.ToolOutput) error {
 				defer os.WriteFile(gate, nil, 0o644)
@@ -384,7 +386,7 @@ func codexTTYStdin(t *testing.T, srv execServer) {
 	ws := t.TempDir()
 	marker := "tty-" + randomTag()
 	res := runCodexExec(t, srv.url, ws, []string{"--dangerously-bypass-approvals-and-sandbox"}, []fakemodel.Step{
-		{Exec: &fakemodel.ExecCall{Cmd: "[ -t 0 ] && echo is-a-tty; read x; echo got-$x # " + marker, TTY: true, YieldMs: 250}},
+		{Exec: &fakemodel.ExecCall{Cmd: "[ -t 0 ] && echo is-a-tty; read x; echo got-$x # " + marker, TTY: true, YieldMs: 1500}},
 		{
 			Before: func(prev *fakemodel.ToolOutput) error {
 				if prev == nil || prev.SessionID == 0 {

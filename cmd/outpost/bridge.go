@@ -34,7 +34,7 @@ func cmdBridge(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("outpost bridge", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
-		fmt.Fprint(stderr, bridgeUsage, "\nFlags:\n")
+		fmt.Fprint(fs.Output(), bridgeUsage, "\nFlags:\n")
 		fs.PrintDefaults()
 	}
 	rf := addRemoteFlags(fs)
@@ -59,12 +59,16 @@ func cmdBridge(args []string, stdout, stderr io.Writer) int {
 	// The executor, as outpost exec finds it: --relay with --executor, or
 	// --target, from flags, the environment or the config file.
 	where, err := rf.resolve()
+	if err == nil {
+		err = where.check()
+	}
 	if err != nil {
 		return usageErr("%v", err)
 	}
 	url := where.URL
 	var executorURL transport.URL
 	dialCfg := client.Config{ClientName: "outpost-bridge", OfflineGrace: *offlineGrace, RecoveryTimeout: *recovery}
+	pinning(&dialCfg, where.AcceptNew, stderr)
 	switch {
 	case where.Executor != "":
 		u, err := transport.ParseURL(where.Relay, transport.SchemeRelay, transport.SchemeRelayWS)
@@ -119,7 +123,7 @@ func cmdBridge(args []string, stdout, stderr io.Writer) int {
 	cancel()
 	if err != nil {
 		fmt.Fprintf(stderr, "outpost bridge: cannot reach the executor: %v\n", err)
-		return exitTransport
+		return dialExit(err)
 	}
 
 	b, err := bridge.New(bridge.Config{Dial: dial, Token: connToken, Logger: log, DetachedTTL: *detachedTTL,

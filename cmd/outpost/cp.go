@@ -8,13 +8,13 @@ import (
 	iofs "io/fs"
 	"os"
 	"os/signal"
-	"path"
 	"strings"
 	"sync/atomic"
 	"syscall"
 	"time"
 
 	"github.com/outpost-exec/outpost/client"
+	"github.com/outpost-exec/outpost/sandbox"
 )
 
 // cpOperand is one side of a copy: a local path, or a path on an
@@ -39,7 +39,7 @@ func cmdCp(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("outpost cp", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
-		fmt.Fprint(stderr, `usage: outpost cp [flags] SRC DST
+		fmt.Fprint(fs.Output(), `usage: outpost cp [flags] SRC DST
 
 EXECUTOR:PATH is on executor EXECUTOR, reached through --relay (or
 $OUTPOST_RELAY) with --token (or $OUTPOST_TOKEN); :PATH is on the --target
@@ -47,15 +47,26 @@ executor (or $OUTPOST_TARGET, the config file). One side or both may be
 remote: within one executor it copies by itself; between two, files stream
 through here. Every file is checked end to end with sha256.
 
+A relative remote PATH (or ~/PATH) is in the remote user's home directory
+(or the executor's working directory if it reports no home), as with scp.
+Missing parent directories of DST are made, for a file as for a tree.
+SRC itself is followed if it is a symlink; inside a tree symlinks are
+copied as symlinks (their text kept), or with -L what they lead to. A
+symlink already in DST is never written through. With stderr a terminal,
+one line shows the progress of the whole copy.
+
 `)
 		fs.PrintDefaults()
 	}
 	recursive := fs.Bool("r", false, "copy directories recursively")
+	follow := fs.Bool("L", false, "copy what symlinks lead to instead of the links (as cp -L)")
 	target := fs.String("target", "", "executor URL for :PATH operands (default $OUTPOST_TARGET or the config file)")
+	acceptNew := acceptNewFlag(fs)
 	relayURL := fs.String("relay", "", "relay URL for EXECUTOR:PATH operands (default $OUTPOST_RELAY or \"relay =\" in the config file)")
 	token := fs.String("token", "", "client token for the relay (default $OUTPOST_TOKEN or \"token =\" in the config file; never printed)")
 	mode := fs.String("sandbox", "", "judge the remote side by this sandbox mode (read-only, workspace-write, full-access)")
-	quiet := fs.Bool("q", false, "no progress bar")
+	flagChoices(fs, "sandbox", sandboxModes...)
+	quiet := fs.Bool("q", false, "no progress line")
 	if code, ok := parseArgs(fs, args, stdout); !ok {
 		return code
 	}
@@ -93,6 +104,10 @@ through here. Every file is checked end to end with sha256.
 	}()
 	var policy any
 	if *mode != "" {
+		if _, err := sandbox.ParseMode(*mode); err != nil {
+			fmt.Fprintln(stderr, "outpost cp: --sandbox:", err)
+			return exitUsage
+		}
 		policy = map[string]any{"mode": *mode}
 	}
 	// connect reaches the executor of a remote operand (one connection per
@@ -104,6 +119,12 @@ through here. Every file is checked end to end with sha256.
 			return f, 0
 		}
 		url, dialCfg := *target, client.Config{ClientName: "outpost-cp"}
+		accept, err := acceptNewSetting(fs, *acceptNew)
+		if err != nil {
+			fmt.Fprintln(stderr, "outpost cp:", err)
+			return nil, exitUsage
+		}
+		pinning(&dialCfg, accept, stderr)
 		if o.executor != "" {
 			if *relayURL == "" {
 				fmt.Fprintf(stderr, "outpost cp: %s:PATH needs --relay (or $OUTPOST_RELAY)\n", o.executor)
@@ -121,10 +142,18 @@ through here. Every file is checked end to end with sha256.
 			fmt.Fprintln(stderr, "outpost cp: no executor: give --target (or $OUTPOST_TARGET) for :PATH, or --relay for EXECUTOR:PATH")
 			return nil, exitUsage
 		}
+		where := remote{URL: url}
+		if dialCfg.Executor != "" {
+			where = remote{URL: url, Relay: url, Executor: dialCfg.Executor}
+		}
+		if err := where.check(); err != nil {
+			fmt.Fprintln(stderr, "outpost cp:", err)
+			return nil, exitUsage
+		}
 		env, err := client.Dial(ctx, url, dialCfg)
 		if err != nil {
 			fmt.Fprintf(stderr, "outpost cp: cannot reach the executor: %v\n", err)
-			return nil, exitTransport
+			return nil, dialExit(err)
 		}
 		f := env.Files(policy)
 		conns[o.executor] = f
@@ -137,13 +166,15 @@ through here. Every file is checked end to end with sha256.
 		}
 	}()
 	opts := client.TransferOptions{
-		Recursive: *recursive,
+		Recursive:   *recursive,
+		FollowLinks: *follow,
 		Skipped: func(p string, _ iofs.FileMode) {
-			fmt.Fprintf(stderr, "outpost cp: skipping %s (not a regular file or directory)\n", p)
+			fmt.Fprintf(stderr, "outpost cp: skipping %s (a device, socket or fifo)\n", p)
 		},
 	}
+	bar := &progressBar{w: stderr}
 	if !*quiet && isTerminal(os.Stderr) {
-		opts.Progress = (&progressBar{w: stderr}).update
+		opts.Progress = bar.update
 	}
 	var err error
 	switch {
@@ -174,6 +205,7 @@ through here. Every file is checked end to end with sha256.
 		}
 		_, err = client.Upload(ctx, f, src.path, dst.path, opts)
 	}
+	bar.finish()
 	if n := interrupted.Load(); n != 0 {
 		fmt.Fprintln(stderr, "outpost cp: interrupted (files already copied stay; the one in flight was not put in place)")
 		return 128 + int(n)
@@ -185,39 +217,82 @@ through here. Every file is checked end to end with sha256.
 	return 0
 }
 
-// progressBar draws one line on stderr for each file of 1 MiB or more,
-// from the transfer's progress reports.
+// progressBar draws one line on stderr for the whole copy, from the
+// transfer's progress reports: bytes done of the total, the rate, the
+// time left, files done of the total. It is redrawn at most every
+// 200 ms and ended with a newline when the last file is done (or by
+// finish, when the copy stops early). cp draws it only on a terminal.
 type progressBar struct {
-	w      io.Writer
-	name   string
-	total  int64
-	start  time.Time
-	last   time.Time
-	active bool
+	w     io.Writer
+	now   func() time.Time // time.Now; a test's clock
+	start time.Time
+	last  time.Time
+	open  bool // a line is drawn and not ended
 }
 
 func (b *progressBar) update(p client.Progress) {
-	switch {
-	case p.FileBytes == 0 && !p.Done: // a file begins
-		*b = progressBar{w: b.w, name: path.Base(p.Path), total: p.FileSize, start: time.Now(), active: p.FileSize >= 1<<20}
-	case p.Done:
-		if b.active {
-			b.draw(p.FileBytes)
-			fmt.Fprintln(b.w)
-		}
-	case b.active && time.Since(b.last) >= 200*time.Millisecond:
-		b.last = time.Now()
-		b.draw(p.FileBytes)
+	now := time.Now
+	if b.now != nil {
+		now = b.now
+	}
+	t := now()
+	if b.start.IsZero() {
+		b.start = t
+	}
+	final := p.Done && p.Files == p.FileCount
+	if !final && b.open && t.Sub(b.last) < 200*time.Millisecond {
+		return
+	}
+	b.last = t
+	b.draw(p, t.Sub(b.start))
+	if final {
+		b.finish()
 	}
 }
 
-func (b *progressBar) draw(n int64) {
-	pct := 100.0
-	if b.total > 0 {
-		pct = float64(n) * 100 / float64(b.total)
+// finish ends a drawn line.
+func (b *progressBar) finish() {
+	if b.open {
+		fmt.Fprintln(b.w)
+		b.open = false
 	}
-	rate := float64(n) / time.Since(b.start).Seconds() / (1 << 20)
-	const width = 30
-	fill := min(max(int(pct/100*width), 0), width)
-	fmt.Fprintf(b.w, "\r%-24.24s [%s%s] %5.1f%% %8.1f MiB/s", b.name, strings.Repeat("=", fill), strings.Repeat(" ", width-fill), pct, rate)
+}
+
+func (b *progressBar) draw(p client.Progress, elapsed time.Duration) {
+	pct := 100.0
+	if p.Size > 0 {
+		pct = float64(p.Bytes) * 100 / float64(p.Size)
+	}
+	rate, eta := 0.0, "--:--"
+	if s := elapsed.Seconds(); s > 0 {
+		rate = float64(p.Bytes) / s
+	}
+	if rate > 0 {
+		eta = cpClock(time.Duration(float64(p.Size-p.Bytes) / rate * float64(time.Second)))
+	}
+	// \x1b[K clears what a longer line before left.
+	fmt.Fprintf(b.w, "\r%s / %s %3.0f%% %s/s ETA %s %d/%d files\x1b[K", cpSize(float64(p.Bytes)), cpSize(float64(p.Size)), pct, cpSize(rate), eta, p.Files, p.FileCount)
+	b.open = true
+}
+
+// cpSize is a byte count in binary units, one decimal.
+func cpSize(n float64) string {
+	units := []string{"B", "KiB", "MiB", "GiB", "TiB"}
+	i := 0
+	for ; n >= 1024 && i < len(units)-1; i++ {
+		n /= 1024
+	}
+	if i == 0 {
+		return fmt.Sprintf("%.0f %s", n, units[i])
+	}
+	return fmt.Sprintf("%.1f %s", n, units[i])
+}
+
+// cpClock is a duration as m:ss or h:mm:ss.
+func cpClock(d time.Duration) string {
+	s := int64(d.Round(time.Second) / time.Second)
+	if s >= 3600 {
+		return fmt.Sprintf("%d:%02d:%02d", s/3600, s/60%60, s%60)
+	}
+	return fmt.Sprintf("%d:%02d", s/60, s%60)
 }

@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -23,18 +22,9 @@ import (
 
 	"github.com/outpost-exec/outpost/client"
 	"github.com/outpost-exec/outpost/internal/tracing"
+	"github.com/outpost-exec/outpost/local"
 	"github.com/outpost-exec/outpost/protocol"
-)
-
-// Exit codes of outpost exec besides the command's own (documented in the
-// README): the command's status, 128+n when signal n killed it, and
-const (
-	exitTimeout   = 124 // the command ran past --timeout
-	exitTransport = 121 // the executor could not be reached, or the connection failed
-	exitSandbox   = 122 // the sandbox policy cannot be enforced on that executor
-	exitSpawn     = 126 // the executor could not start the command
-	exitNotFound  = 127 // the command was not found
-	exitUsage     = 2
+	"github.com/outpost-exec/outpost/sandbox"
 )
 
 type envFlags []string
@@ -47,6 +37,7 @@ func cmdExec(args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	rf := addRemoteFlags(fs) // none given: this machine
 	mode := fs.String("sandbox", "", "sandbox: read-only, workspace-write or full-access (default: none)")
+	flagChoices(fs, "sandbox", sandboxModes...)
 	network := fs.Bool("network", false, "allow network access in the sandbox")
 	cwd := fs.String("cwd", "", "working directory on the executor (default: the current directory when local)")
 	var envs envFlags
@@ -65,8 +56,21 @@ func cmdExec(args []string, stdout, stderr io.Writer) int {
 		return exitUsage
 	}
 	where, err := rf.resolve()
+	if err == nil {
+		err = where.check()
+	}
 	if err != nil {
 		fmt.Fprintln(stderr, "outpost exec:", err)
+		return exitUsage
+	}
+	// A mistyped policy is a usage error, found before connecting.
+	if *mode != "" {
+		if _, err := sandbox.ParseMode(*mode); err != nil {
+			fmt.Fprintln(stderr, "outpost exec: --sandbox:", err)
+			return exitUsage
+		}
+	} else if *network {
+		fmt.Fprintln(stderr, "outpost exec: --network applies to a sandbox: give --sandbox too")
 		return exitUsage
 	}
 	env := map[string]string{}
@@ -113,9 +117,10 @@ func cmdExec(args []string, stdout, stderr io.Writer) int {
 		defer span.End()
 	}
 	dialCfg.Executor, dialCfg.Token = where.Executor, where.Token
+	pinning(&dialCfg, where.AcceptNew, stderr)
 	var environment client.Environment
 	if url == "" {
-		environment, err = client.Local(ctx)
+		environment, err = local.New(ctx)
 		if *cwd == "" {
 			*cwd, _ = os.Getwd()
 		}
@@ -124,7 +129,7 @@ func cmdExec(args []string, stdout, stderr io.Writer) int {
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "outpost exec: cannot reach the executor: %v\n", err)
-		return exitTransport
+		return dialExit(err)
 	}
 	defer environment.Close()
 
@@ -257,22 +262,11 @@ func cmdExec(args []string, stdout, stderr io.Writer) int {
 	}
 }
 
-// startFailure reports a refused start and chooses the exit code by the
-// executor's error kind: not enforceable here (122), not found (127), any
-// other refusal (126); no answer at all is a transport failure (121).
+// startFailure reports a refused start; its exit status is by the
+// executor's error kind (startExit).
 func startFailure(err error, stderr io.Writer) int {
 	fmt.Fprintf(stderr, "outpost exec: %v\n", err)
-	var pe *protocol.Error
-	if !errors.As(err, &pe) {
-		return exitTransport
-	}
-	switch pe.Kind() {
-	case protocol.KindUnsupported:
-		return exitSandbox
-	case protocol.KindNotFound:
-		return exitNotFound
-	}
-	return exitSpawn
+	return startExit(err)
 }
 
 func jsonEmitter(w io.Writer, on bool) func(map[string]any) {

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 	"testing"
 
 	"github.com/outpost-exec/outpost/client"
@@ -34,15 +36,25 @@ func TestStartFailureExitCodeFollowsTheKind(t *testing.T) {
 }
 
 // A program in no directory of the command's PATH is "not found" (127),
-// like one at a missing path; a missing cwd too, as before kinds.
+// like one at a missing path; a missing working directory is told apart
+// (119), and a file that is no program cannot be started (126).
 func TestExecNotFoundExitCodes(t *testing.T) {
-	for _, args := range [][]string{
-		{"--", "no-such-program-5b1d"},
-		{"--", "/nonexistent/cmd"},
-		{"--cwd", "/nonexistent-dir-5b1d", "--", "true"},
+	notExec := filepath.Join(t.TempDir(), "data.txt")
+	if err := os.WriteFile(notExec, []byte("just text\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		args []string
+		want int
+	}{
+		{[]string{"--", "no-such-program-5b1d"}, exitNotFound},
+		{[]string{"--", "/nonexistent/cmd"}, exitNotFound},
+		{[]string{"--cwd", "/nonexistent-dir-5b1d", "--", "true"}, exitCwdMissing},
+		{[]string{"--cwd", notExec, "--", "true"}, exitCwdMissing},
+		{[]string{"--", notExec}, exitSpawn},
 	} {
-		if _, stderr, code := outpostExec(t, "", args...); code != exitNotFound {
-			t.Errorf("%v: exit %d, want %d (stderr %q)", args, code, exitNotFound, stderr)
+		if _, stderr, code := outpostExec(t, "", c.args...); code != c.want {
+			t.Errorf("%v: exit %d, want %d (stderr %q)", c.args, code, c.want, stderr)
 		}
 	}
 }

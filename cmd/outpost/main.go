@@ -34,25 +34,6 @@ import (
 // version is set at build time with -ldflags "-X main.version=...".
 var version = "dev"
 
-const usage = `outpost runs commands on remote machines through an end-to-end encrypted relay.
-
-Usage:
-  outpost demo                       run a command through an in-process executor on loopback
-  outpost exec [flags] -- CMD ARGS   run a command on an executor (or this machine) and exit with its status
-  outpost cp [-r] SRC DST            copy files to or from an executor (EXECUTOR:PATH or :PATH), checked with sha256
-  outpost bridge [flags]             serve codex's exec-server protocol (ws://) for one executor, reached over Noise directly or through a relay
-  outpost executor serve [flags]     serve processes (--listen tcp://HOST:PORT | unix:///path | ws://IP:PORT | stdio)
-  outpost executor doctor            print what this machine's sandbox can enforce
-  outpost executor join [flags]      join a relay (--relay URL --token T --id NAME) and serve its clients
-  outpost relay serve [flags]        run a relay (--listen tcp://HOST:PORT --state-dir DIR)
-  outpost token create|ls|revoke     manage the relay's join and client tokens
-  outpost executors ls               list the executors a client token may reach
-  outpost executors revoke ID        on the relay: unbind an id and revoke its (stolen) key for good
-  outpost version                    print the version
-
-Run "outpost <command> -h" for a command's flags.
-`
-
 func main() {
 	// The executor re-executes itself as the sandbox helper.
 	if sandbox.IsHelper() {
@@ -72,65 +53,37 @@ func main() {
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
 
+// run dispatches args through the command table (commands.go).
 func run(args []string, stdout, stderr io.Writer) int {
+	startConfigWarnings(stderr)
 	if len(args) == 0 {
-		fmt.Fprint(stderr, usage)
-		return 2
+		fmt.Fprint(stderr, usageText(""))
+		return exitUsage
 	}
 	switch args[0] {
-	case "demo":
-		return cmdDemo(args[1:], stdout, stderr)
-	case "exec":
-		return cmdExec(args[1:], stdout, stderr)
-	case "cp":
-		return cmdCp(args[1:], stdout, stderr)
-	case "bridge":
-		return cmdBridge(args[1:], stdout, stderr)
-	case "relay":
-		if len(args) < 2 || args[1] != "serve" {
-			fmt.Fprint(stderr, "usage: outpost relay serve [flags]\n")
-			return 2
-		}
-		return cmdRelayServe(args[2:], stdout, stderr)
-	case "token":
-		return cmdToken(args[1:], stdout, stderr)
-	case "executors":
-		if len(args) >= 2 && args[1] == "revoke" {
-			return cmdExecutorsRevoke(args[2:], stdout, stderr)
-		}
-		if len(args) < 2 || args[1] != "ls" {
-			fmt.Fprint(stderr, "usage: outpost executors ls --relay URL --token T\n       outpost executors revoke [--state-dir DIR] ID   (on the relay: revoke a stolen executor key)\n")
-			return 2
-		}
-		return cmdExecutorsLs(args[2:], stdout, stderr)
-	case "executor":
-		if len(args) < 2 {
-			fmt.Fprint(stderr, "usage: outpost executor serve [flags]\n")
-			return 2
-		}
-		switch args[1] {
-		case "serve":
-			return cmdExecutorServe(args[2:], stdout, stderr)
-		case "doctor":
-			return cmdDoctor(args[2:], stdout, stderr)
-		case "join":
-			return cmdExecutorJoin(args[2:], stdout, stderr)
-		}
-		fmt.Fprintf(stderr, "outpost executor: unknown command %q\n", args[1])
-		return 2
-	case "version", "--version", "-v":
-		fmt.Fprintln(stdout, "outpost", buildVersion())
-		return 0
-	case "help", "-h", "--help":
-		if len(args) > 1 && args[0] == "help" {
-			// outpost help exec → outpost exec --help
-			return run(append(append([]string(nil), args[1:]...), "--help"), stdout, stderr)
-		}
-		fmt.Fprint(stdout, usage)
-		return 0
+	case "-v", "--version":
+		return cmdVersion(args[1:], stdout, stderr)
+	case "-h", "-help", "--help":
+		return cmdHelp(args[1:], stdout, stderr)
 	}
-	fmt.Fprintf(stderr, "outpost: unknown command %q\n\n%s", args[0], usage)
-	return 2
+	c, group, n := lookup(args)
+	switch {
+	case c != nil:
+		return c.run(args[n:], stdout, stderr)
+	case n == 0:
+		fmt.Fprintf(stderr, "outpost: unknown command %q\n\n%s", args[0], usageText(""))
+		return exitUsage
+	case n < len(args) && (args[n] == "-h" || args[n] == "-help" || args[n] == "--help"):
+		// outpost executor -h (and outpost help executor): the group's
+		// commands, as help, on stdout.
+		fmt.Fprint(stdout, usageText(group))
+		return 0
+	case n < len(args):
+		fmt.Fprintf(stderr, "outpost %s: unknown command %q\n\n%s", group, args[n], usageText(group))
+		return exitUsage
+	}
+	fmt.Fprint(stderr, usageText(group))
+	return exitUsage
 }
 
 // logFlags are shared by every long-running command.
@@ -142,6 +95,8 @@ type logFlags struct {
 func (l *logFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&l.level, "log-level", "info", "log level: debug, info, warn, error")
 	fs.StringVar(&l.format, "log-format", "console", "log format: console or json")
+	flagChoices(fs, "log-level", "debug", "info", "warn", "error")
+	flagChoices(fs, "log-format", "console", "json")
 }
 
 func (l *logFlags) build(stderr io.Writer) (*zap.Logger, error) {
@@ -180,6 +135,7 @@ func executorLimitFlags(fs *flag.FlagSet) (*executor.Config, *engine.LocalBacken
 	fs.IntVar(&cfg.MaxFileHandles, "max-file-handles", cfg.MaxFileHandles, "open fs handles per session")
 	fs.StringVar(&sandboxHelper, "sandbox-helper", "", "run sandboxed commands through this outpost-sandbox binary (of this build) instead of re-executing outpost, for faster starts (default: an outpost-sandbox beside this binary, if any)")
 	fs.StringVar(&cgroupFlags.mode, "cgroups", "auto", "a cgroup v2 per command, so terminate kills every process it started: auto (where cgroup v2 is writable) or off")
+	flagChoices(fs, "cgroups", "auto", "off")
 	fs.Var(&cgroupFlags.memoryMax, "memory-max", "each command's memory limit (cgroup memory.max), e.g. 2G; must be enforceable here (default: none)")
 	fs.Uint64Var(&cfg.SandboxLimits.OpenFiles, "rlimit-nofile", cfg.SandboxLimits.OpenFiles, "sandboxed commands' open-file limit (RLIMIT_NOFILE; 0: inherited)")
 	fs.Var((*uSizeFlag)(&cfg.SandboxLimits.FileSize), "rlimit-fsize", "sandboxed commands' largest file, e.g. 16G (RLIMIT_FSIZE; 0: inherited)")
@@ -545,6 +501,7 @@ func cmdDoctor(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("outpost executor doctor", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	mode := fs.String("sandbox", "workspace-write", "policy to check: read-only, workspace-write or full-access")
+	flagChoices(fs, "sandbox", sandboxModes...)
 	network := fs.Bool("network", false, "the policy allows network access")
 	var memoryMax sizeFlag
 	fs.Var(&memoryMax, "memory-max", "also check that a per-command memory limit can be enforced")

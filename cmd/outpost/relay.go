@@ -5,10 +5,12 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/signal"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"syscall"
 	"text/tabwriter"
@@ -65,6 +67,121 @@ func formatKV(m map[string]string) string {
 	return strings.Join(parts, ",")
 }
 
+const relayInitUsage = `usage: outpost relay init [--state-dir DIR] [--advertise HOST:PORT]
+
+Prepares a relay's state before its first start: creates the relay's key
+(relay.key) and token database (relay.db) in --state-dir if they are
+missing. An existing key is kept, never replaced, so init may run at every
+start. It prints the relay's URL, outpost://HOST:PORT#<fingerprint>, with
+--advertise (the address executors and clients dial), else the bare
+fingerprint: executors and clients pin the relay by it, so it can be handed
+out before the relay ever runs.
+
+Flags:
+`
+
+// cmdRelayInit creates the relay's key and token database if missing and
+// prints the fingerprint (or, with --advertise, the whole URL): a deployment
+// can mint tokens and hand out the URL before the relay has started.
+func cmdRelayInit(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("outpost relay init", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	stateDir := fs.String("state-dir", identity.DefaultStateDir(), "directory for the relay's key and token database")
+	advertise := fs.String("advertise", "", "HOST:PORT executors and clients dial: print the full outpost:// URL")
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), relayInitUsage)
+		fs.PrintDefaults()
+	}
+	if code, ok := parseArgs(fs, args, stdout); !ok {
+		return code
+	}
+	if fs.NArg() != 0 {
+		fs.Usage()
+		return exitUsage
+	}
+	if *advertise != "" {
+		if err := checkAdvertise(*advertise); err != nil {
+			fmt.Fprintln(stderr, "outpost relay init: --advertise:", err)
+			return exitUsage
+		}
+	}
+	if *stateDir == "" {
+		fmt.Fprintln(stderr, "outpost relay init: no home directory to default --state-dir to; give --state-dir")
+		return exitUsage
+	}
+	keyPath := filepath.Join(*stateDir, "relay.key")
+	key, created, err := identity.LoadOrCreate(keyPath)
+	if err != nil {
+		fmt.Fprintln(stderr, "outpost:", err)
+		return 1
+	}
+	if _, err := tokenStore(*stateDir); err != nil {
+		fmt.Fprintln(stderr, "outpost:", err)
+		return 1
+	}
+	fp := key.PublicKey().Fingerprint()
+	if *advertise != "" {
+		fmt.Fprintln(stdout, transport.RelayScheme+*advertise+"#"+fp)
+	} else {
+		fmt.Fprintln(stdout, fp)
+	}
+	if created {
+		fmt.Fprintf(stderr, "relay key %s created (fingerprint %s)\n", keyPath, fp)
+	} else {
+		fmt.Fprintf(stderr, "relay key %s kept (fingerprint %s)\n", keyPath, fp)
+	}
+	return 0
+}
+
+// checkAdvertise accepts HOST:PORT that a client can dial: a host that is
+// not a wildcard (0.0.0.0 or :: would send every client to itself) and a
+// port from 1 to 65535.
+func checkAdvertise(hp string) error {
+	host, port, err := net.SplitHostPort(hp)
+	if err != nil || strings.Contains(hp, "/") {
+		return fmt.Errorf("want HOST:PORT (e.g. relay.example.net:7443 or [2001:db8::1]:7443), got %q", hp)
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+		return fmt.Errorf("port %q: want 1 to 65535", port)
+	}
+	if host == "" || isWildcardHost(host) {
+		return fmt.Errorf("%q is not an address others can dial; name this machine (its DNS name or address)", hp)
+	}
+	if _, err := transport.ParseURL(transport.RelayScheme+hp+"#"+identity.PublicKey{1}.Fingerprint(), transport.SchemeRelay); err != nil {
+		return fmt.Errorf("want HOST:PORT, got %q", hp)
+	}
+	return nil
+}
+
+// isWildcardHost reports whether host is an any-address (0.0.0.0, ::, or
+// empty): fine to listen on, useless to dial from another machine.
+func isWildcardHost(host string) bool {
+	if host == "" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsUnspecified()
+}
+
+// advertisedAddr is the HOST:PORT to print for a listener bound to addr:
+// advertise when given; addr itself when it names a host; for a wildcard
+// listener this machine's hostname with the bound port, and substituted
+// reports that the host was guessed.
+func advertisedAddr(addr net.Addr, advertise string) (hp string, substituted bool) {
+	if advertise != "" {
+		return advertise, false
+	}
+	host, port, err := net.SplitHostPort(addr.String())
+	if err != nil || !isWildcardHost(host) {
+		return addr.String(), false
+	}
+	name, err := os.Hostname()
+	if err != nil || name == "" {
+		name = "localhost"
+	}
+	return net.JoinHostPort(name, port), true
+}
+
 // cmdRelayServe runs a relay.
 func cmdRelayServe(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("outpost relay serve", flag.ContinueOnError)
@@ -76,6 +193,7 @@ func cmdRelayServe(args []string, stdout, stderr io.Writer) int {
 	handshakeTimeout := fs.Duration("handshake-timeout", transport.DefaultHandshakeTimeout, "how long a connection may take to finish its Noise handshake and send its first request")
 	maxFailed := fs.Int("max-failed-handshakes", 20, "failed handshakes from one address within a minute before the relay refuses it for the rest of that minute")
 	drainTimeout := fs.Duration("drain-timeout", 30*time.Second, "on SIGTERM, how long open client streams may run on before they are cut (executors are told to reconnect at once)")
+	advertise := fs.String("advertise", "", "HOST:PORT executors and clients dial, for the printed URL (default: the listen address; this machine's hostname when it listens on all addresses)")
 	var lf logFlags
 	lf.register(fs)
 	if code, ok := parseArgs(fs, args, stdout); !ok {
@@ -90,6 +208,12 @@ func cmdRelayServe(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		fmt.Fprintln(stderr, "outpost: --listen:", err)
 		return exitUsage
+	}
+	if *advertise != "" {
+		if err := checkAdvertise(*advertise); err != nil {
+			fmt.Fprintln(stderr, "outpost: --advertise:", err)
+			return exitUsage
+		}
 	}
 	var wsAddr string
 	if *wsListen != "" {
@@ -129,8 +253,14 @@ func cmdRelayServe(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "outpost: listen:", err)
 		return 1
 	}
-	url := transport.RelayScheme + ln.Addr().String() + "#" + key.PublicKey().Fingerprint()
+	// The printed URL is what executors and clients are given, so it must
+	// name an address they can dial, never the wildcard listened on.
+	hp, guessed := advertisedAddr(ln.Addr(), *advertise)
+	url := transport.RelayScheme + hp + "#" + key.PublicKey().Fingerprint()
 	fmt.Fprintln(stdout, url)
+	if guessed {
+		fmt.Fprintf(stderr, "outpost: listening on all addresses (%s); the URL above names this machine by its hostname — if executors and clients reach it by another name or address, give that with --advertise HOST:PORT (the #fingerprint stays the same)\n", ln.Addr())
+	}
 	var wsl *relay.WSListener
 	if wsAddr != "" {
 		wl, err := srv.ListenWS(wsAddr)
@@ -140,12 +270,19 @@ func cmdRelayServe(args []string, stdout, stderr io.Writer) int {
 		}
 		defer wl.Close()
 		wsl = wl
-		fmt.Fprintln(stdout, transport.RelayWSScheme+wl.Addr().String()+"#"+key.PublicKey().Fingerprint())
+		// A wildcard ws listener is named like the tcp one: by the
+		// advertised host when there is one, else this machine's hostname.
+		whp, _ := advertisedAddr(wl.Addr(), "")
+		if h, _, err := net.SplitHostPort(*advertise); err == nil && whp != wl.Addr().String() {
+			_, port, _ := net.SplitHostPort(wl.Addr().String())
+			whp = net.JoinHostPort(h, port)
+		}
+		fmt.Fprintln(stdout, transport.RelayWSScheme+whp+"#"+key.PublicKey().Fingerprint())
 	}
 	if f, ok := stdout.(*os.File); ok {
 		f.Sync()
 	}
-	log.Info("relay listening", zap.String("url", url))
+	log.Info("relay listening", zap.String("url", url), zap.String("listen", ln.Addr().String()))
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
 	defer signal.Stop(sigs)
@@ -257,7 +394,10 @@ func cmdToken(args []string, stdout, stderr io.Writer) int {
 		w.Flush()
 		return 0
 	case "revoke":
-		if err := fs.Parse(args[1:]); err != nil || fs.NArg() != 1 {
+		if code, ok := parseArgs(fs, args[1:], stdout); !ok {
+			return code
+		}
+		if fs.NArg() != 1 {
 			fmt.Fprintln(stderr, "usage: outpost token revoke [--state-dir DIR] ID")
 			return exitUsage
 		}
@@ -281,7 +421,9 @@ func cmdExecutorJoin(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("outpost executor join", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	relayURL := fs.String("relay", "", "relay URL outpost://HOST:PORT#<fingerprint>")
-	token := fs.String("token", os.Getenv("OUTPOST_JOIN_TOKEN"), "join token (needed the first time; default $OUTPOST_JOIN_TOKEN)")
+	// The environment is read after parsing, so that usage (which prints
+	// defaults) never shows the token.
+	token := fs.String("token", "", "join token (needed the first time; default $OUTPOST_JOIN_TOKEN, never printed)")
 	hostname, _ := os.Hostname()
 	id := fs.String("id", hostname, "executor id")
 	labels := labelFlags{}
@@ -302,6 +444,9 @@ func cmdExecutorJoin(args []string, stdout, stderr io.Writer) int {
 	if *relayURL == "" {
 		fmt.Fprintln(stderr, "outpost executor join: --relay is required")
 		return exitUsage
+	}
+	if *token == "" {
+		*token = os.Getenv("OUTPOST_JOIN_TOKEN")
 	}
 	log, err := lf.build(stderr)
 	if err != nil {
@@ -395,10 +540,14 @@ func cmdExecutorsLs(args []string, stdout, stderr io.Writer) int {
 	*relayURL, *token = orDefault(*relayURL, "OUTPOST_RELAY", "relay"), orDefault(*token, "OUTPOST_TOKEN", "token")
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
+	if _, err := transport.ParseURL(*relayURL, relaySchemes...); err != nil {
+		fmt.Fprintln(stderr, "outpost executors ls: --relay:", err)
+		return exitUsage
+	}
 	list, err := client.ListExecutors(ctx, *relayURL, client.Config{Token: *token})
 	if err != nil {
 		fmt.Fprintln(stderr, "outpost:", err)
-		return exitTransport
+		return dialExit(err)
 	}
 	w := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(w, "ID\tFINGERPRINT\tCONNECTED SINCE\tVERSION\tLABELS")

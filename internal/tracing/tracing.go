@@ -1,5 +1,8 @@
 // Package tracing carries W3C trace context through outpost's requests and
-// sets up OpenTelemetry export for the command line.
+// sets up OpenTelemetry export for the command line. The propagation itself
+// is package tracectx's, which uses the OpenTelemetry API alone: package
+// client imports that one, so a program embedding the client does not link
+// the SDK and the OTLP exporter (and gRPC, protobuf) that FromEnv needs.
 //
 // Trace context travels in request params (InitializeParams and ExecParams
 // carry traceparent and tracestate), so it is inside the Noise channel: a
@@ -24,46 +27,32 @@ import (
 	"os"
 
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
-	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	semconv "go.opentelemetry.io/otel/semconv/v1.26.0"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/outpost-exec/outpost/internal/tracing/tracectx"
 )
 
 // InstrumentationName names outpost's tracers.
-const InstrumentationName = "github.com/outpost-exec/outpost"
+const InstrumentationName = tracectx.InstrumentationName
 
-var propagator = propagation.TraceContext{}
+// Inject, Extract and Tracer are package tracectx's (API only), here for
+// the executor and the command line, which import this package anyway.
 
 // Inject returns the W3C traceparent and tracestate of ctx's span, or
 // empty strings when ctx carries no valid span.
-func Inject(ctx context.Context) (traceparent, tracestate string) {
-	if !trace.SpanContextFromContext(ctx).IsValid() {
-		return "", ""
-	}
-	c := propagation.MapCarrier{}
-	propagator.Inject(ctx, c)
-	return c["traceparent"], c["tracestate"]
-}
+func Inject(ctx context.Context) (traceparent, tracestate string) { return tracectx.Inject(ctx) }
 
 // Extract returns ctx with the remote span context described by
-// traceparent and tracestate; malformed values are ignored (a bad header
-// must not fail a request).
+// traceparent and tracestate; malformed values are ignored.
 func Extract(ctx context.Context, traceparent, tracestate string) context.Context {
-	if traceparent == "" {
-		return ctx
-	}
-	return propagator.Extract(ctx, propagation.MapCarrier{"traceparent": traceparent, "tracestate": tracestate})
+	return tracectx.Extract(ctx, traceparent, tracestate)
 }
 
 // Tracer returns tp's outpost tracer, or nil when tp is nil.
-func Tracer(tp trace.TracerProvider) trace.Tracer {
-	if tp == nil {
-		return nil
-	}
-	return tp.Tracer(InstrumentationName)
-}
+func Tracer(tp trace.TracerProvider) trace.Tracer { return tracectx.Tracer(tp) }
 
 // FromEnv builds a TracerProvider exporting over OTLP/HTTP when the
 // standard OTEL_EXPORTER_OTLP_ENDPOINT or OTEL_EXPORTER_OTLP_TRACES_ENDPOINT

@@ -1,4 +1,10 @@
-package client
+// Package local runs processes on this machine through an in-process
+// executor, behind the same client.Environment API as a remote one.
+//
+// It lives outside package client because the executor brings the
+// sandbox, the process engine, PTYs and metrics with it: a program that
+// only reaches remote executors imports client and links none of them.
+package local
 
 import (
 	"context"
@@ -9,31 +15,33 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/outpost-exec/outpost/client"
 	"github.com/outpost-exec/outpost/executor"
 	"github.com/outpost-exec/outpost/transport"
 )
 
-// Local returns an Environment that runs processes on this machine with
-// an in-process executor. It speaks the native protocol over an in-memory
+// New returns an Environment that runs processes on this machine with an
+// in-process executor. It speaks the native protocol over an in-memory
 // pipe (no network, no encryption needed), so it behaves exactly like a
 // remote executor. Close stops the executor and its processes.
-func Local(ctx context.Context) (*LocalEnvironment, error) {
-	return LocalWith(ctx, executor.DefaultConfig())
+func New(ctx context.Context) (*Environment, error) {
+	return NewWith(ctx, executor.DefaultConfig())
 }
 
-// LocalWith is Local with an executor configuration.
-func LocalWith(ctx context.Context, cfg executor.Config) (*LocalEnvironment, error) {
+// NewWith is New with an executor configuration.
+func NewWith(ctx context.Context, cfg executor.Config) (*Environment, error) {
 	srv, err := executor.NewServer(cfg)
 	if err != nil {
 		return nil, err
 	}
-	l := &LocalEnvironment{srv: srv}
+	l := &Environment{srv: srv}
 	srvCtx, stop := context.WithCancel(context.Background())
 	l.stop = stop
-	dial := func(ctx context.Context, route func(string, transport.Params, bool)) (*conn, error) {
+	dial := func(context.Context) (net.Conn, error) {
 		a, b := net.Pipe()
 		sess, err := transport.MuxServer(b, transport.DefaultMuxConfig())
 		if err != nil {
+			a.Close()
 			return nil, err
 		}
 		l.wg.Add(1)
@@ -41,27 +49,30 @@ func LocalWith(ctx context.Context, cfg executor.Config) (*LocalEnvironment, err
 			defer l.wg.Done()
 			srv.ServeMux(srvCtx, sess, 0)
 		}()
-		return muxConn(a, transport.DefaultMuxConfig(), route)
+		return a, nil
 	}
-	r, err := newRemote(ctx, "local", dial, Config{NoResume: true, ClientName: "outpost-local"}.withDefaults())
+	// A pipe cannot drop, so there is nothing to resume.
+	r, err := client.DialConn(ctx, "local", dial, client.Config{NoResume: true, ClientName: "outpost-local"})
 	if err != nil {
 		stop()
+		l.wg.Wait()
+		srv.Shutdown(context.Background())
 		return nil, err
 	}
 	l.Remote = r
 	return l, nil
 }
 
-// LocalEnvironment is the in-process Environment.
-type LocalEnvironment struct {
-	*Remote
+// Environment is the in-process client.Environment.
+type Environment struct {
+	*client.Remote
 	srv  *executor.Server
 	stop context.CancelFunc
 	wg   sync.WaitGroup
 }
 
 // Close ends the connection, then terminates every process.
-func (l *LocalEnvironment) Close() error {
+func (l *Environment) Close() error {
 	err := l.Remote.Close()
 	l.stop()
 	l.wg.Wait()
@@ -73,12 +84,12 @@ func (l *LocalEnvironment) Close() error {
 var ErrDisabled = errors.New("exec environment is disabled (OUTPOST_EXEC_SERVER_URL=none)")
 
 // EnvironmentProvider chooses where processes run from configuration, as
-// codex does with CODEX_EXEC_SERVER_URL: no URL → this machine (Local); a
-// URL → that executor (Dial); "none" → ErrDisabled.
+// codex does with CODEX_EXEC_SERVER_URL: no URL → this machine (New); a
+// URL → that executor (client.Dial); "none" → ErrDisabled.
 type EnvironmentProvider struct {
 	URL string
-	// Config configures Dial (see Config for its defaults).
-	Config Config
+	// Config configures client.Dial (see client.Config for its defaults).
+	Config client.Config
 }
 
 // ProviderFromEnv reads OUTPOST_EXEC_SERVER_URL, falling back to
@@ -92,14 +103,14 @@ func ProviderFromEnv() EnvironmentProvider {
 }
 
 // Environment opens the configured environment.
-func (p EnvironmentProvider) Environment(ctx context.Context) (Environment, error) {
+func (p EnvironmentProvider) Environment(ctx context.Context) (client.Environment, error) {
 	switch p.URL {
 	case "":
-		return Local(ctx)
+		return New(ctx)
 	case "none":
 		return nil, ErrDisabled
 	}
-	r, err := Dial(ctx, p.URL, p.Config)
+	r, err := client.Dial(ctx, p.URL, p.Config)
 	if err != nil {
 		return nil, fmt.Errorf("exec environment %s: %w", p.URL, err)
 	}
