@@ -43,7 +43,8 @@ fuzz:
 	bash scripts/fuzz.sh $(FUZZTIME)
 
 # End-to-end tests with docker compose (needs a Docker engine, docker-compose
-# and busybox-static): deploy/docker-compose.yml, driven by e2e/.
+# and busybox-static): e2e/docker-compose.yml, and deploy/'s operator stack
+# brought up as deploy/README.md says, driven by e2e/.
 e2e: vm-kernel
 	$(GO) test -tags e2e -count=1 -v -timeout 20m ./e2e
 
