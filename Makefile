@@ -1,7 +1,7 @@
 # outpost — build, test, benchmark.
 GO ?= go
 
-.PHONY: all build test fmt-check vet unit demo bench fuzz e2e vm-kernel soak
+.PHONY: all build test fmt-check vet unit demo bench bench-wan fuzz e2e vm-kernel soak
 
 all: build
 
@@ -36,6 +36,15 @@ demo:
 bench:
 	mkdir -p .bench
 	$(GO) run ./bench --json .bench/results.json
+
+# The same peers over emulated WAN links (root: network namespaces and TUN
+# devices; bench/wan/README.md): regional, intercontinental and lossy
+# profiles in about 5 minutes (WANFLAGS=-quick: about 3). Markdown on
+# stdout, JSON in .bench/wan.json.
+WANFLAGS ?=
+bench-wan:
+	mkdir -p .bench
+	$(GO) run ./bench/wan -json .bench/wan.json $(WANFLAGS)
 
 # Each fuzz target for FUZZTIME (default 20s).
 FUZZTIME ?= 20s
