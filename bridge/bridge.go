@@ -2,10 +2,10 @@
 // reach directly. It serves codex's exec-server protocol — JSON-RPC lite
 // over WebSocket, exactly as `outpost executor serve --listen ws://` does —
 // and forwards every request over outpost's native transport (Noise IK end
-// to end with the executor's key pinned, yamux, msgpack), straight to a
+// to end with the executor's key pinned, the multiplexer, msgpack), straight to a
 // tcp:// or unix:// executor or through a relay:
 //
-//	codex ──ws://──► bridge ──client.Remote (Noise IK, yamux)──► [relay] ──► executor
+//	codex ──ws://──► bridge ──client.Remote (Noise IK, mux)──► [relay] ──► executor
 //
 // # Sessions
 //

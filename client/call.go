@@ -29,28 +29,11 @@ func (r *Remote) Call(ctx context.Context, method string, params, result any) er
 // the process id, its pid and the sandbox type the executor chose, for
 // callers that pass the result on (the codex bridge).
 func (r *Remote) StartProcess(ctx context.Context, params protocol.ExecParams) (_ *Process, _ protocol.StartResult, err error) {
-	if params.ProcessID == "" {
-		params.ProcessID = "p" + strconv.FormatInt(r.nextID.Add(1), 10)
+	ctx, p, params, end, err := r.prepareStart(ctx, params)
+	if err != nil {
+		return nil, protocol.StartResult{}, err
 	}
-	if tr := tracectx.Tracer(r.cfg.TracerProvider); tr != nil {
-		var span trace.Span
-		ctx, span = tr.Start(ctx, protocol.MethodProcessStart, trace.WithSpanKind(trace.SpanKindClient),
-			trace.WithAttributes(attribute.String("outpost.process_id", params.ProcessID)))
-		defer func() { endSpan(span, err) }()
-		params.TraceParent, params.TraceState = tracectx.Inject(ctx)
-	}
-	if params.Env == nil {
-		params.Env = map[string]string{}
-	}
-	p := newProcess(r, params.ProcessID)
-	// Register first, so no early event is missed.
-	r.mu.Lock()
-	if r.procs[p.id] != nil {
-		r.mu.Unlock()
-		return nil, protocol.StartResult{}, fmt.Errorf("process %s is already running in this session", p.id)
-	}
-	r.procs[p.id] = p
-	r.mu.Unlock()
+	defer func() { end(err) }()
 	var res protocol.StartResult
 	if err := r.call(ctx, false, protocol.MethodProcessStart, params, &res); err != nil {
 		r.forget(p)
@@ -62,6 +45,37 @@ func (r *Remote) StartProcess(ctx context.Context, params protocol.ExecParams) (
 		res.ProcessID = p.id
 	}
 	return p, res, nil
+}
+
+// prepareStart completes params (a process id, an environment, trace
+// context) and registers the process, so that no early event is missed;
+// end closes the process/start span.
+func (r *Remote) prepareStart(ctx context.Context, params protocol.ExecParams) (context.Context, *Process, protocol.ExecParams, func(error), error) {
+	if params.ProcessID == "" {
+		params.ProcessID = "p" + strconv.FormatInt(r.nextID.Add(1), 10)
+	}
+	end := func(error) {}
+	if tr := tracectx.Tracer(r.cfg.TracerProvider); tr != nil {
+		var span trace.Span
+		ctx, span = tr.Start(ctx, protocol.MethodProcessStart, trace.WithSpanKind(trace.SpanKindClient),
+			trace.WithAttributes(attribute.String("outpost.process_id", params.ProcessID)))
+		end = func(err error) { endSpan(span, err) }
+		params.TraceParent, params.TraceState = tracectx.Inject(ctx)
+	}
+	if params.Env == nil {
+		params.Env = map[string]string{}
+	}
+	p := newProcess(r, params.ProcessID)
+	r.mu.Lock()
+	if r.procs[p.id] != nil {
+		r.mu.Unlock()
+		err := fmt.Errorf("process %s is already running in this session", p.id)
+		end(err)
+		return ctx, nil, params, nil, err
+	}
+	r.procs[p.id] = p
+	r.mu.Unlock()
+	return ctx, p, params, end, nil
 }
 
 // Err reports why the Remote was given up — its session could not be

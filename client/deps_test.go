@@ -16,7 +16,6 @@ var clientModules = map[string]bool{
 	"github.com/flynn/noise":              true, // Noise
 	"golang.org/x/crypto":                 true, // Noise's ciphers, the key files
 	"golang.org/x/sys":                    true,
-	"github.com/hashicorp/yamux":          true, // the native transport's streams
 	"github.com/vmihailenco/msgpack/v5":   true, // its messages
 	"github.com/vmihailenco/tagparser/v2": true, // msgpack's
 	"github.com/coder/websocket":          true, // ws:// and outpost+ws:// relays

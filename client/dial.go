@@ -10,10 +10,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sync/atomic"
 	"syscall"
 	"time"
-
-	"github.com/hashicorp/yamux"
 
 	"github.com/outpost-exec/outpost/identity"
 	"github.com/outpost-exec/outpost/protocol"
@@ -59,7 +58,7 @@ type Config struct {
 	// after the pin is written.
 	OnPin func(addr string, key identity.PublicKey, file string)
 
-	// Mux configures yamux on the native transport (default
+	// Mux configures the multiplexer on the native transport (default
 	// transport.DefaultMuxConfig()).
 	Mux transport.MuxConfig
 	// RecoveryTimeout bounds how long a dropped connection is retried
@@ -72,6 +71,15 @@ type Config struct {
 	// while reconnecting before its processes fail (default 5 s: enough
 	// for executors to rejoin a restarted relay).
 	OfflineGrace time.Duration
+	// NoEarlyData keeps the first requests of a connection to a pinned
+	// tcp:// or unix:// executor out of the Noise handshake's first
+	// message: they then wait one round trip for the handshake. Early data
+	// saves that round trip, and the executor never runs it twice (it
+	// refuses a replayed message 1), but it is not forward secret: whoever
+	// later steals the executor's static key can decrypt a recorded
+	// initialize and process/start (argv, environment). PROTOCOL.md
+	// section 2.7.
+	NoEarlyData bool
 	// TracerProvider, if set, records outpost.connect and process/start
 	// spans and passes their W3C trace context to the executor inside the
 	// encrypted channel, so its spans join the caller's trace.
@@ -155,7 +163,7 @@ func (c Config) ready() (Config, error) {
 
 // Dial connects to an executor (the URL is parsed by transport.ParseURL):
 //
-//	tcp://HOST:PORT[#fingerprint]      Noise + yamux + msgpack (native)
+//	tcp://HOST:PORT[#fingerprint]      Noise + mux + msgpack (native)
 //	unix:///path[#fingerprint]         the same over a Unix socket
 //	ws://IP:PORT                       codex's JSON-RPC lite (plaintext; loopback)
 //	stdio:///path/to/outpost           spawns "outpost executor serve --listen stdio"
@@ -164,12 +172,42 @@ func (c Config) ready() (Config, error) {
 //
 // cfg is validated, its zero fields filled from DefaultConfig.
 func Dial(ctx context.Context, url string, cfg Config) (*Remote, error) {
-	u, err := transport.ParseURL(url)
+	dial, cfg, err := dialerFor(url, cfg)
 	if err != nil {
 		return nil, err
 	}
+	return newRemote(ctx, url, dial, cfg)
+}
+
+// DialStart is Dial then StartProcess in one round trip fewer: it sends
+// process/start right behind initialize, without waiting for its answer,
+// and — to a tcp:// or unix:// executor whose key is pinned — both inside
+// the Noise handshake's first message as early data (see
+// Config.NoEarlyData). A cold start then costs TCP's round trip and one
+// more.
+//
+// When the connection or initialize fails, it returns a nil Remote and the
+// error (the executor runs nothing on a connection whose initialize
+// failed). When only the start is refused, it returns the connected
+// Remote, a nil Process and the start's error: the caller closes the
+// Remote.
+func DialStart(ctx context.Context, url string, cfg Config, params protocol.ExecParams) (*Remote, *Process, error) {
+	dial, cfg, err := dialerFor(url, cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	r, p, _, err := newRemoteStart(ctx, url, dial, cfg, params)
+	return r, p, err
+}
+
+// dialerFor parses url and readies cfg, and returns how to connect.
+func dialerFor(url string, cfg Config) (dialFunc, Config, error) {
+	u, err := transport.ParseURL(url)
+	if err != nil {
+		return nil, cfg, err
+	}
 	if cfg, err = cfg.ready(); err != nil {
-		return nil, err
+		return nil, cfg, err
 	}
 	var dial dialFunc
 	switch u.Scheme {
@@ -188,14 +226,11 @@ func Dial(ctx context.Context, url string, cfg Config) (*Remote, error) {
 	default: // a relay
 		dial, err = relayDialer(u, cfg)
 	}
-	if err != nil {
-		return nil, err
-	}
-	return newRemote(ctx, url, dial, cfg)
+	return dial, cfg, err
 }
 
 // DialConn connects to an executor over connections that dial opens,
-// speaking the native protocol (yamux and msgpack) on them directly. No
+// speaking the native protocol (mux and msgpack) on them directly. No
 // Noise handshake is made, so each connection must already be private and
 // authenticated: an in-process pipe to an executor.Server's ServeMux (as
 // package local does), or a channel the caller secured itself. name is the
@@ -242,12 +277,20 @@ func nativeDialer(u transport.URL, cfg Config) (dialFunc, error) {
 		if err != nil {
 			return nil, err
 		}
-		nc, err := handshake(ctx, raw, key, u, pinned, known, cfg.NoTOFU, cfg.OnPin)
+		// The handshake waits for the first requests (conn.launch), to
+		// carry them as early data in IK message 1.
+		ec := newEarlyConn(raw)
+		c, err := muxConn(ec, muxCfg, route)
 		if err != nil {
 			raw.Close()
 			return nil, err
 		}
-		return muxConn(nc, muxCfg, route)
+		c.launch = func(ctx context.Context) error {
+			return ec.launch(!cfg.NoEarlyData, func(payload []byte) (*transport.NoiseConn, error) {
+				return handshake(ctx, raw, key, u, pinned, known, cfg.NoTOFU, cfg.OnPin, payload)
+			})
+		}
+		return c, nil
 	}, nil
 }
 
@@ -280,12 +323,17 @@ func (c Config) knownExecutors() (*identity.KnownExecutors, error) {
 	return identity.OpenKnownExecutors(c.KnownExecutors)
 }
 
-// relayDialer reaches an executor through a relay: a relayclient
-// connection (Noise with the relay, pinned by the URL), relay/connect,
-// then — inside the spliced stream — the client's own Noise IK handshake
-// with the executor and yamux. The executor's key is pinned like a direct
-// one; on first contact it comes from the relay's directory and is
-// recorded.
+// relayDialer reaches an executor through a relay. When the client knows
+// the executor's key already (Config.Pin, or the known executors file) it
+// makes the start of its own Noise IK handshake with the executor first
+// and sends it inside its relay/connect, in its handshake with the relay
+// (relayclient.ConnectEarly): one round trip to the executor brings the
+// relay's answer and the executor's, and the connection then carries the
+// end-to-end channel raw. Otherwise (first contact), or with a relay that
+// predates that, it takes the mux path: a relayclient connection,
+// relay/connect, then — inside the spliced stream — its own handshake.
+// On first contact the executor's key comes from the relay's directory
+// and is recorded.
 func relayDialer(u transport.URL, cfg Config) (dialFunc, error) {
 	if cfg.Executor == "" {
 		return nil, errors.New("a relay URL needs the executor's id (Config.Executor)")
@@ -304,7 +352,69 @@ func relayDialer(u transport.URL, cfg Config) (dialFunc, error) {
 	}
 	pinAddr := u.Base() + "/" + cfg.Executor
 	muxCfg := cfg.Mux
+	// innerConfig is the client's end-to-end handshake with the executor.
+	innerConfig := func(exKey *identity.PublicKey) transport.NoiseConfig {
+		return transport.NoiseConfig{Static: key.Keypair(), Purpose: transport.PurposeExec, PeerStatic: exKey[:]}
+	}
+	// innerFailed explains a refused end-to-end handshake: a pin that is
+	// not the key the relay's directory names.
+	innerFailed := func(err error, exKey *identity.PublicKey, fromFile bool, directory identity.PublicKey) error {
+		if errors.Is(err, transport.ErrHandshakeRefused) && directory != *exKey {
+			if fromFile {
+				return &identity.KeyMismatchError{Addr: pinAddr, Pinned: *exKey, Presented: directory, File: known.Path()}
+			}
+			return fmt.Errorf("%w: executor %s: pinned %s (by Config.Pin), the relay reports %s", ErrPinMismatch, pinAddr, exKey.Fingerprint(), directory.Fingerprint())
+		}
+		return fmt.Errorf("executor %s: %w", pinAddr, err)
+	}
+	var legacyOnly atomic.Bool // the relay predates requests in its handshake
 	return func(ctx context.Context, route func(string, transport.Params, bool)) (*conn, error) {
+		exKey, fromFile := pinned, false
+		if exKey == nil {
+			if k, ok := known.Lookup(pinAddr); ok {
+				exKey, fromFile = &k, true
+			}
+		}
+		if !legacyOnly.Load() && (exKey != nil || !cfg.NoTOFU) {
+			var offer *transport.NoiseIKOffer
+			var early []byte
+			if exKey != nil {
+				if offer, err = transport.NewNoiseIKOffer(innerConfig(exKey)); err != nil {
+					return nil, err
+				}
+				early = offer.Bytes()
+			}
+			// First contact: pin the key the relay's directory names and
+			// send the handshake to it in the first record.
+			first := func(directory identity.PublicKey) ([]byte, error) {
+				if err := known.Pin(pinAddr, directory); err != nil {
+					return nil, err
+				}
+				if cfg.OnPin != nil {
+					cfg.OnPin(pinAddr, directory, known.Path())
+				}
+				exKey = &directory
+				var err error
+				if offer, err = transport.NewNoiseIKOffer(innerConfig(exKey)); err != nil {
+					return nil, err
+				}
+				return offer.Bytes(), nil
+			}
+			raw, directory, err := relayclient.ConnectEarly(ctx, u.String(), key.Keypair(), relayclient.Options{}, cfg.Executor, cfg.Token, early, first)
+			switch {
+			case err == nil:
+				inner, err := offer.Finish(ctx, raw)
+				if err != nil {
+					raw.Close()
+					return nil, innerFailed(err, exKey, fromFile, directory)
+				}
+				return muxConn(inner, muxCfg, route)
+			case errors.Is(err, relayclient.ErrNoHandshakeRequests):
+				legacyOnly.Store(true) // and take the mux path below
+			default:
+				return nil, err
+			}
+		}
 		rc, err := relayclient.Dial(ctx, u.String(), key.Keypair(), relayclient.Options{Mux: muxCfg})
 		if err != nil {
 			return nil, err
@@ -313,12 +423,6 @@ func relayDialer(u transport.URL, cfg Config) (dialFunc, error) {
 		st, directory, err := rc.Connect(ctx, cfg.Executor, cfg.Token)
 		if err != nil {
 			return fail(err)
-		}
-		exKey, fromFile := pinned, false
-		if exKey == nil {
-			if k, ok := known.Lookup(pinAddr); ok {
-				exKey, fromFile = &k, true
-			}
 		}
 		if exKey == nil {
 			if cfg.NoTOFU {
@@ -332,15 +436,9 @@ func relayDialer(u transport.URL, cfg Config) (dialFunc, error) {
 				cfg.OnPin(pinAddr, directory, known.Path())
 			}
 		}
-		inner, err := transport.NoiseInitiator(ctx, st, transport.NoiseConfig{Static: key.Keypair(), Purpose: transport.PurposeExec, PeerStatic: exKey[:]})
+		inner, err := transport.NoiseInitiator(ctx, st, innerConfig(exKey))
 		if err != nil {
-			if errors.Is(err, transport.ErrHandshakeRefused) && directory != *exKey {
-				if fromFile {
-					return fail(&identity.KeyMismatchError{Addr: pinAddr, Pinned: *exKey, Presented: directory, File: known.Path()})
-				}
-				return fail(fmt.Errorf("%w: executor %s: pinned %s (by Config.Pin), the relay reports %s", ErrPinMismatch, pinAddr, exKey.Fingerprint(), directory.Fingerprint()))
-			}
-			return fail(fmt.Errorf("executor %s: %w", pinAddr, err))
+			return fail(innerFailed(err, exKey, fromFile, directory))
 		}
 		c, err := muxConn(inner, muxCfg, route)
 		if err != nil {
@@ -359,8 +457,8 @@ func relayDialer(u transport.URL, cfg Config) (dialFunc, error) {
 // handshake runs Noise as initiator: IK with a pinned key, XX (trust on
 // first use) otherwise. A pinned key that the executor no longer has is
 // refused with both fingerprints. onPin, if not nil, learns of a key
-// pinned by XX.
-func handshake(ctx context.Context, raw net.Conn, key identity.Key, u transport.URL, pinned *identity.PublicKey, known *identity.KnownExecutors, noTOFU bool, onPin func(string, identity.PublicKey, string)) (net.Conn, error) {
+// pinned by XX. payload (early data) goes in IK message 1; XX sends none.
+func handshake(ctx context.Context, raw net.Conn, key identity.Key, u transport.URL, pinned *identity.PublicKey, known *identity.KnownExecutors, noTOFU bool, onPin func(string, identity.PublicKey, string), payload []byte) (*transport.NoiseConn, error) {
 	addr := u.Base()
 	cfg := transport.NoiseConfig{Static: key.Keypair(), Purpose: transport.PurposeExec}
 	fromFile := false
@@ -371,6 +469,7 @@ func handshake(ctx context.Context, raw net.Conn, key identity.Key, u transport.
 	}
 	if pinned != nil {
 		cfg.PeerStatic = pinned[:]
+		cfg.Payload = payload
 		nc, err := transport.NoiseInitiator(ctx, raw, cfg)
 		if err == nil {
 			return nc, nil
@@ -442,7 +541,7 @@ func probeExecutorKey(ctx context.Context, u transport.URL, key identity.Key) (i
 	return identity.PublicKey{}, err
 }
 
-// muxConn runs yamux over an established channel: a control stream for
+// muxConn runs mux over an established channel: a control stream for
 // RPC, and an accept loop for the executor's per-process event streams.
 func muxConn(nc net.Conn, cfg transport.MuxConfig, route func(string, transport.Params, bool)) (*conn, error) {
 	sess, err := transport.MuxClient(nc, cfg)
@@ -471,7 +570,7 @@ func muxConn(nc net.Conn, cfg transport.MuxConfig, route func(string, transport.
 // acceptEventStreams reads each process's event stream on a goroutine of
 // its own, so a consumer that stops reading one process's events holds up
 // only that stream.
-func acceptEventStreams(sess *yamux.Session, route func(string, transport.Params, bool)) {
+func acceptEventStreams(sess *transport.MuxSession, route func(string, transport.Params, bool)) {
 	for {
 		st, err := sess.AcceptStream()
 		if err != nil {

@@ -177,6 +177,10 @@ func TestSignalDeathWhileDetachedIsReportedAfterResume(t *testing.T) {
 			done <- outcome{exit, err}
 		}()
 		pid := readPid(t, pidFile)
+		// The command runs; let its start's answer arrive too (a start
+		// cut off before its answer is failed, not resumed: the client
+		// cannot know it ran). Under load the pid file can come first.
+		waitStartAnswered(t, env)
 		// Disconnect, and keep the client out while the command dies.
 		px.close()
 		px.cut()
@@ -314,5 +318,27 @@ func TestCloseDuringRecoveryLeavesNoConnectionBehind(t *testing.T) {
 	}
 	if err != nil {
 		t.Errorf("the session is still held after Close: resuming it: %v", err)
+	}
+}
+
+// waitStartAnswered waits until a process of r has had its process/start
+// answered.
+func waitStartAnswered(t *testing.T, r *Remote) {
+	t.Helper()
+	deadline := time.Now().Add(testTimeout)
+	for {
+		r.mu.Lock()
+		answered := false
+		for _, p := range r.procs {
+			answered = answered || p.started.Load()
+		}
+		r.mu.Unlock()
+		if answered {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("process/start was never answered")
+		}
+		time.Sleep(time.Millisecond)
 	}
 }

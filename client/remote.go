@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -55,6 +56,10 @@ type conn struct {
 	// shared: events arrive on the connection's one reader, which must not
 	// block on a single process's reorder buffer.
 	shared bool
+	// launch, when set, completes the connection's handshake: what was
+	// written before is held and sent with it, as early data when the
+	// executor takes it. It is called once, after the first requests.
+	launch launchFunc
 }
 
 // dialFunc opens a connection whose notifications go to route.
@@ -104,31 +109,127 @@ func newRemote(ctx context.Context, url string, dial dialFunc, cfg Config) (*Rem
 
 // connect dials and initializes, resuming sid when non-empty.
 func (r *Remote) connect(ctx context.Context, sid string) (_ *conn, _ string, err error) {
-	if tr := tracectx.Tracer(r.cfg.TracerProvider); tr != nil {
-		var span trace.Span
-		ctx, span = tr.Start(ctx, "outpost.connect", trace.WithSpanKind(trace.SpanKindClient),
-			trace.WithAttributes(attribute.String("outpost.transport", urlScheme(r.url)), attribute.Bool("outpost.resume", sid != "")))
-		defer func() { endSpan(span, err) }()
-	}
-	c, err := r.dial(ctx, r.route)
+	ctx, end := r.connectSpan(ctx, sid)
+	defer func() { end(err) }()
+	c, init, err := r.open(ctx, sid)
 	if err != nil {
 		return nil, "", err
+	}
+	sessionID, err := r.finishOpen(ctx, c, init)
+	if err != nil {
+		return nil, "", err
+	}
+	return c, sessionID, nil
+}
+
+// connectSpan starts the outpost.connect span, when tracing.
+func (r *Remote) connectSpan(ctx context.Context, sid string) (context.Context, func(error)) {
+	tr := tracectx.Tracer(r.cfg.TracerProvider)
+	if tr == nil {
+		return ctx, func(error) {}
+	}
+	ctx, span := tr.Start(ctx, "outpost.connect", trace.WithSpanKind(trace.SpanKindClient),
+		trace.WithAttributes(attribute.String("outpost.transport", urlScheme(r.url)), attribute.Bool("outpost.resume", sid != "")))
+	return ctx, func(err error) { endSpan(span, err) }
+}
+
+// open dials and sends initialize and initialized without waiting for
+// initialize's answer: a request sent next on c's RPC is pipelined behind
+// them (the executor handles a connection's requests in order). The
+// handshake of a connection with a launch is not made yet: finishOpen
+// makes it, carrying what was sent so far.
+func (r *Remote) open(ctx context.Context, sid string) (*conn, *Pending, error) {
+	c, err := r.dial(ctx, r.route)
+	if err != nil {
+		return nil, nil, err
 	}
 	params := protocol.InitializeParams{ClientName: r.cfg.ClientName, ProtocolVersion: protocol.Version}
 	params.TraceParent, params.TraceState = tracectx.Inject(ctx)
 	if sid != "" {
 		params.ResumeSessionID = &sid
 	}
-	var res protocol.InitializeResult
-	if err := c.rpc.Call(ctx, protocol.MethodInitialize, params, &res); err != nil {
+	init, err := c.rpc.Send(ctx, protocol.MethodInitialize, params)
+	if err != nil {
 		c.close()
-		return nil, "", fmt.Errorf("initialize: %w", err)
+		return nil, nil, fmt.Errorf("initialize: %w", err)
 	}
 	if err := c.rpc.Notify(ctx, protocol.MethodInitialized, struct{}{}); err != nil {
 		c.close()
-		return nil, "", fmt.Errorf("initialized: %w", err)
+		return nil, nil, fmt.Errorf("initialized: %w", err)
 	}
-	return c, res.SessionID, nil
+	return c, init, nil
+}
+
+// finishOpen completes c's handshake if it waits (conn.launch) and
+// initialize's answer: the session id. On failure c is closed.
+func (r *Remote) finishOpen(ctx context.Context, c *conn, init *Pending) (string, error) {
+	if c.launch != nil {
+		if err := c.launch(ctx); err != nil {
+			c.close()
+			return "", err
+		}
+	}
+	var res protocol.InitializeResult
+	if err := init.Wait(ctx, &res); err != nil {
+		c.close()
+		return "", fmt.Errorf("initialize: %w", err)
+	}
+	return res.SessionID, nil
+}
+
+// newRemoteStart is newRemote and StartProcess in one round trip fewer:
+// process/start is sent right behind initialize, before its answer (and,
+// with early data, in the handshake's first message). See DialStart.
+func newRemoteStart(ctx context.Context, url string, dial dialFunc, cfg Config, params protocol.ExecParams) (_ *Remote, _ *Process, _ protocol.StartResult, err error) {
+	r := &Remote{url: url, dial: dial, cfg: cfg, procs: map[string]*Process{}, ready: make(chan struct{}), readyOpen: true}
+	r.life, r.endLife = context.WithCancel(context.Background())
+	cctx, end := r.connectSpan(ctx, "")
+	c, init, err := r.open(cctx, "")
+	if err != nil {
+		end(err)
+		r.endLife()
+		return nil, nil, protocol.StartResult{}, err
+	}
+	sctx, p, params, endStart, err := r.prepareStart(ctx, params)
+	if err != nil {
+		c.close()
+		end(err)
+		r.endLife()
+		return nil, nil, protocol.StartResult{}, err
+	}
+	defer func() { endStart(err) }()
+	start, serr := c.rpc.Send(sctx, protocol.MethodProcessStart, params)
+	sid, err := r.finishOpen(cctx, c, init)
+	end(err)
+	if err != nil {
+		// The executor refuses requests after a failed initialize: the
+		// start did not run.
+		r.forget(p)
+		r.endLife()
+		return nil, nil, protocol.StartResult{}, fmt.Errorf("%w (so process/start was not run)", err)
+	}
+	r.sessionID = sid
+	if !r.install(c) {
+		return nil, nil, protocol.StartResult{}, ErrClosed
+	}
+	if serr != nil {
+		r.forget(p)
+		return r, nil, protocol.StartResult{}, serr
+	}
+	var res protocol.StartResult
+	if err := start.Wait(sctx, &res); err != nil {
+		r.forget(p)
+		if errors.Is(err, ErrClosed) {
+			err = fmt.Errorf("%s: %w: %v", protocol.MethodProcessStart, errTransport, err)
+		}
+		return r, nil, protocol.StartResult{}, err
+	}
+	p.pid = res.Pid
+	p.started.Store(true)
+	if res.ProcessID == "" {
+		res.ProcessID = p.id
+	}
+	return r, p, res, nil
 }
 
 // install makes c the current connection and watches it. A closed Remote
@@ -462,5 +563,17 @@ func (r *Remote) dropConnection() {
 	r.mu.Unlock()
 	if c != nil {
 		c.close()
+		// Wait for watch to notice, so the test's next call finds the
+		// connection gone (and resumes) rather than racing watch onto
+		// the closed one; watch is runnable once c's RPC is done.
+		for {
+			r.mu.Lock()
+			noticed := r.cur != c || r.closed
+			r.mu.Unlock()
+			if noticed {
+				return
+			}
+			runtime.Gosched()
+		}
 	}
 }

@@ -132,12 +132,32 @@ func (r *RPC) Err() error {
 // Call sends a request and decodes its result into result (if non-nil).
 // A JSON-RPC error is returned as *protocol.Error.
 func (r *RPC) Call(ctx context.Context, method string, params, result any) error {
+	pc, err := r.Send(ctx, method, params)
+	if err != nil {
+		return err
+	}
+	return pc.Wait(ctx, result)
+}
+
+// Pending is a request sent and not yet answered (see Send).
+type Pending struct {
+	r      *RPC
+	id     int64
+	method string
+	ch     chan rpcReply
+}
+
+// Send writes a request and returns at once, without waiting for its
+// answer: requests sent in turn are written in that order, so a client may
+// pipeline several (initialize, then process/start) in one round trip.
+// Wait collects the answer.
+func (r *RPC) Send(ctx context.Context, method string, params any) (*Pending, error) {
 	id := r.nextID.Add(1)
 	ch := make(chan rpcReply, 1)
 	r.mu.Lock()
 	if r.err != nil {
 		r.mu.Unlock()
-		return r.err
+		return nil, r.err
 	}
 	r.pending[id] = ch
 	r.mu.Unlock()
@@ -148,27 +168,40 @@ func (r *RPC) Call(ctx context.Context, method string, params, result any) error
 		r.mu.Lock()
 		delete(r.pending, id)
 		r.mu.Unlock()
-		return fmt.Errorf("%s: %w", method, err)
+		return nil, fmt.Errorf("%s: %w", method, err)
 	}
+	return &Pending{r: r, id: id, method: method, ch: ch}, nil
+}
+
+// Wait waits for the request's answer and decodes its result into result
+// (if non-nil). A JSON-RPC error is returned as *protocol.Error. Call it
+// at most once.
+func (p *Pending) Wait(ctx context.Context, result any) error {
+	r := p.r
+	var rep rpcReply
 	select {
-	case rep := <-ch:
-		if rep.err != nil {
-			return rep.err
-		}
-		if result != nil {
-			if err := rep.result.Decode(result); err != nil {
-				return fmt.Errorf("%s: decoding result: %w", method, err)
-			}
-		}
-		return nil
+	case rep = <-p.ch:
 	case <-ctx.Done():
 		r.mu.Lock()
-		delete(r.pending, id)
+		delete(r.pending, p.id)
 		r.mu.Unlock()
 		return ctx.Err()
 	case <-r.done:
-		return r.Err()
+		select {
+		case rep = <-p.ch: // answered just before the end
+		default:
+			return r.Err()
+		}
 	}
+	if rep.err != nil {
+		return rep.err
+	}
+	if result != nil {
+		if err := rep.result.Decode(result); err != nil {
+			return fmt.Errorf("%s: decoding result: %w", p.method, err)
+		}
+	}
+	return nil
 }
 
 // Notify sends a notification.

@@ -105,6 +105,7 @@ type serverConn struct {
 	log     *zap.Logger
 
 	state    int
+	initErr  *protocol.Error // why initialize failed, if it did: later requests say so
 	session  *Session
 	attach   *attachment
 	reads    chan struct{} // semaphore for concurrent long polls
@@ -244,6 +245,13 @@ func (c *serverConn) request(m *transport.Message) {
 	if m.Method != protocol.MethodInitialize {
 		switch c.state {
 		case stateNew:
+			if c.initErr != nil {
+				// A client that pipelines its first request behind
+				// initialize learns why it was refused: initialize's
+				// error, with its kind. Nothing runs.
+				c.out.reply(outMsg{id: m.ID, err: protocol.KindErrorf(c.initErr.Kind(), protocol.CodeInvalidRequest, "initialize failed on this connection, so %s was not run: %s", m.Method, c.initErr.Message)})
+				return
+			}
 			c.out.reply(outMsg{id: m.ID, err: protocol.KindErrorf(protocol.KindInvalid, protocol.CodeInvalidRequest, "client must call initialize before using %s methods", meth.family)})
 			return
 		case stateInitialized:
@@ -268,6 +276,9 @@ func (c *serverConn) request(m *transport.Message) {
 			var pe *protocol.Error
 			if !errors.As(err, &pe) {
 				pe = protocol.KindErrorf(errKind(err, protocol.KindInternal), protocol.CodeInternal, "%v", err)
+			}
+			if m.Method == protocol.MethodInitialize && c.state == stateNew {
+				c.initErr = pe // initialize runs on the read loop: no race
 			}
 			c.out.reply(outMsg{id: m.ID, err: pe})
 			c.unparkAll()

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"sync"
 	"time"
 
 	"github.com/flynn/noise"
@@ -35,7 +36,7 @@ type JoinConfig struct {
 	// client the relay brings, so a compromised relay cannot run commands
 	// (default nil: any client the relay brings).
 	Authorize func(clientKey []byte) error
-	// Mux configures yamux with the relay and inside every relayed client
+	// Mux configures the multiplexer with the relay and inside every relayed client
 	// stream (default transport.DefaultMuxConfig()).
 	Mux transport.MuxConfig
 	// Joined, if set, is called after each successful join.
@@ -51,7 +52,23 @@ type JoinConfig struct {
 	MaxHandshakesPerAddress int
 	HandshakeTimeout        time.Duration
 	FirstByteTimeout        time.Duration
+
+	// DataConns is how many data connections the executor keeps open to
+	// the relay, idle, for its next clients (relay/data, PROTOCOL.md
+	// section 9.6; default DefaultDataConns, 2; at most MaxDataConns;
+	// negative: none). A client spliced to one reaches the executor on a
+	// raw connection the relay copies with splice(2), instead of a stream
+	// on the joined session that the relay re-encrypts; each one taken is
+	// replaced in the background. With none idle, or a relay that predates
+	// them, clients come on streams as before.
+	DataConns int
 }
+
+// Bounds of JoinConfig.DataConns.
+const (
+	DefaultDataConns = 2
+	MaxDataConns     = 16
+)
 
 // DefaultJoinConfig returns the default configuration of Join, without
 // the RelayURL, Key and ID it needs.
@@ -63,6 +80,7 @@ func DefaultJoinConfig() JoinConfig {
 		MaxHandshakesPerAddress: d.MaxHandshakesPerAddress,
 		HandshakeTimeout:        d.HandshakeTimeout,
 		FirstByteTimeout:        d.FirstByteTimeout,
+		DataConns:               DefaultDataConns,
 	}
 }
 
@@ -77,6 +95,7 @@ func (c JoinConfig) withDefaults() JoinConfig {
 	orDefault(&c.MaxHandshakesPerAddress, d.MaxHandshakesPerAddress)
 	orDefault(&c.HandshakeTimeout, d.HandshakeTimeout)
 	orDefault(&c.FirstByteTimeout, d.FirstByteTimeout)
+	orDefault(&c.DataConns, d.DataConns)
 	return c
 }
 
@@ -107,6 +126,8 @@ func (c JoinConfig) Validate() error {
 		return errors.New("executor: JoinConfig.HandshakeTimeout must be positive")
 	case c.FirstByteTimeout <= 0:
 		return errors.New("executor: JoinConfig.FirstByteTimeout must be positive")
+	case c.DataConns > MaxDataConns:
+		return fmt.Errorf("executor: JoinConfig.DataConns must be at most %d", MaxDataConns)
 	}
 	return nil
 }
@@ -273,15 +294,28 @@ func (s *Server) joinOnce(ctx context.Context, resp *responder, bucket string, c
 			close(reconnect)
 		}
 	}()
+	links := newRelayLinks(rc.Streams())
+	poolCtx, stopPool := context.WithCancel(ctx)
+	pool := make(chan struct{})
+	go func() {
+		defer close(pool)
+		s.runDataPool(poolCtx, cfg, links)
+	}()
 	served := make(chan struct{})
 	go func() {
 		defer close(served)
-		s.serveRelayed(resp, rc, bucket)
+		s.serveRelayed(resp, rc, links, bucket)
 	}()
 	select {
 	case <-served:
+		stopPool()
+		<-pool
 		return joinedAt, nil, errors.New("relay session closed")
 	case <-reconnect:
+		// A draining relay brings no more clients: its idle data
+		// connections go; the clients on the old session stay.
+		stopPool()
+		<-pool
 		handedOff = true
 		go func() {
 			<-served
@@ -311,13 +345,139 @@ func joinError(e *protocol.Error) error {
 	return fmt.Errorf("%w: %w", ErrJoinRefused, e)
 }
 
-// serveRelayed serves every client stream the relay opens on rc, until
+// serveRelayed serves every client link of rc's session — a stream the
+// relay opens on rc, or a data connection it brings a client on — until
 // rc ends, as the native listener serves its connections: through resp
 // (its admission gate, the Noise responder with the executor's
-// allow-list, yamux, the method table), every stream counted against the
-// address bucket.
-func (s *Server) serveRelayed(resp *responder, rc *relayclient.Conn, bucket string) {
-	acc := resp.accept(rc.Streams(), func(net.Conn) string { return bucket }, "relay")
+// allow-list, the multiplexer, the method table), every link counted against the
+// address bucket. Closing ends the data connections in use too, as it
+// does the streams.
+func (s *Server) serveRelayed(resp *responder, rc *relayclient.Conn, links *relayLinks, bucket string) {
+	acc := resp.accept(links, func(net.Conn) string { return bucket }, "relay")
 	<-rc.Done()
 	acc.Close()
+}
+
+// relayLinks is the listener of one relay session's client links: the
+// streams the relay opens on the session and the data connections the
+// pool hands over once the relay brings a client on them. conns is
+// unbuffered: a link waits for Accept, which the responder's connection
+// limit paces.
+type relayLinks struct {
+	streams net.Listener
+	conns   chan net.Conn
+	done    chan struct{}
+	once    sync.Once
+}
+
+func newRelayLinks(streams net.Listener) *relayLinks {
+	l := &relayLinks{streams: streams, conns: make(chan net.Conn), done: make(chan struct{})}
+	go func() {
+		for {
+			c, err := streams.Accept()
+			if err != nil {
+				l.Close()
+				return
+			}
+			if !l.deliver(context.Background(), c) {
+				c.Close()
+				return
+			}
+		}
+	}()
+	return l
+}
+
+// deliver hands c to Accept; false if the listener or ctx ended first.
+func (l *relayLinks) deliver(ctx context.Context, c net.Conn) bool {
+	select {
+	case l.conns <- c:
+		return true
+	case <-l.done:
+		return false
+	case <-ctx.Done():
+		return false
+	}
+}
+
+func (l *relayLinks) Accept() (net.Conn, error) {
+	select {
+	case c := <-l.conns:
+		return c, nil
+	case <-l.done:
+		return nil, net.ErrClosed
+	}
+}
+
+// Close closes the listener and the session.
+func (l *relayLinks) Close() error {
+	l.once.Do(func() {
+		close(l.done)
+		l.streams.Close()
+	})
+	return nil
+}
+
+func (l *relayLinks) Addr() net.Addr { return l.streams.Addr() }
+
+// runDataPool keeps cfg.DataConns data connections idle at the relay for
+// links' session until ctx ends, each on a goroutine of its own that
+// hands its connection to links once the relay brings a client, and
+// dials the next.
+func (s *Server) runDataPool(ctx context.Context, cfg JoinConfig, links *relayLinks) {
+	var wg sync.WaitGroup
+	for range max(cfg.DataConns, 0) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s.dataWorker(ctx, cfg, links)
+		}()
+	}
+	wg.Wait()
+}
+
+// dataWorker keeps one data connection idle at the relay. It gives up for
+// the session when the relay predates data connections or refuses them
+// for good; otherwise it retries with backoff (100 ms to 10 s).
+func (s *Server) dataWorker(ctx context.Context, cfg JoinConfig, links *relayLinks) {
+	bo := backoff.Backoff{Initial: 100 * time.Millisecond, Max: 10 * time.Second}
+	for ctx.Err() == nil {
+		c, err := relayclient.DialData(ctx, cfg.RelayURL, cfg.Key, relayclient.Options{HandshakeTimeout: cfg.HandshakeTimeout}, cfg.ID)
+		if err != nil {
+			switch protocol.KindOf(err) {
+			case protocol.KindRefused, protocol.KindInvalid, protocol.KindUnsupported, protocol.KindExhausted:
+				s.log.Info("the relay takes no (more) data connections; its clients come on the joined session", zap.String("executor", cfg.ID), zap.Error(err))
+				return
+			}
+			if errors.Is(err, relayclient.ErrNoHandshakeRequests) {
+				s.log.Debug("the relay predates data connections; its clients come on the joined session", zap.String("executor", cfg.ID))
+				return
+			}
+			if ctx.Err() == nil {
+				s.log.Debug("data connection failed; retrying", zap.String("executor", cfg.ID), zap.Error(err))
+			}
+			if bo.Wait(ctx) != nil {
+				return
+			}
+			continue
+		}
+		stop := context.AfterFunc(ctx, func() { c.Close() })
+		err = relayclient.AwaitClient(c)
+		if !stop() {
+			c.Close()
+			return
+		}
+		if err != nil {
+			c.Close()
+			if bo.Wait(ctx) != nil {
+				return
+			}
+			continue
+		}
+		bo.Reset()
+		if !links.deliver(ctx, c) {
+			c.Close()
+			return
+		}
+	}
 }

@@ -1,7 +1,7 @@
 package executor
 
 // The native transport: tcp:// or unix:// → Noise (the executor responds;
-// IK for clients that pinned its key, XX for first contact) → yamux; and
+// IK for clients that pinned its key, XX for first contact) → mux; and
 // the same inside each stream a joined relay splices to the executor. The
 // client opens a control stream carrying msgpack RPC (the same method
 // table as the WebSocket front); the executor opens one stream per
@@ -10,7 +10,7 @@ package executor
 // process/closed.
 //
 // Both kinds of link take one path, the responder: its admission gate,
-// the first byte, the Noise handshake (allow-list included), yamux and the
+// the first byte, the Noise handshake (allow-list included), mux and the
 // method table, under the same limits.
 //
 // Bounds: MaxConnections connections per listener (per relay session for
@@ -38,7 +38,6 @@ import (
 	"time"
 
 	"github.com/flynn/noise"
-	"github.com/hashicorp/yamux"
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
 
@@ -72,7 +71,7 @@ type NativeConfig struct {
 	// (the --authorized-clients allow-list); refused clients learn nothing.
 	// Default nil: any client.
 	Authorize func(clientKey []byte) error
-	// Mux configures yamux on every connection (default
+	// Mux configures the multiplexer on every connection (default
 	// transport.DefaultMuxConfig()).
 	Mux transport.MuxConfig
 	// MaxConnections bounds open connections (default 1024).
@@ -278,7 +277,7 @@ func (e *unauthorizedError) Unwrap() error { return e.err }
 // splices (see Server.Join) — is admitted by its gate (gatedListener) and
 // served by serve: the first byte within FirstByteTimeout, the Noise
 // handshake (purpose exec, the Authorize allow-list) within
-// HandshakeTimeout of accept, yamux, a first stream within
+// HandshakeTimeout of accept, the multiplexer, a first stream within
 // HandshakeTimeout again, then the method table.
 //
 // A native listener has a responder of its own, whose addresses are
@@ -330,12 +329,23 @@ func (r *responder) serve(ctx context.Context, c net.Conn) {
 		return
 	}
 	cfg := transport.NoiseConfig{Static: r.cfg.Key, Purpose: NativePurpose, AllowXX: true, HandshakeTimeout: r.cfg.HandshakeTimeout}
-	cfg.Authorize = func(peer, payload []byte) error {
+	var payload, early []byte
+	cfg.Authorize = func(peer, p []byte) error {
+		payload = p
 		if r.cfg.Authorize == nil {
 			return nil
 		}
 		if err := r.cfg.Authorize(peer); err != nil {
 			return &unauthorizedError{err}
+		}
+		return nil
+	}
+	// IK message 1 may carry early data: taken as the stream's first
+	// bytes only if the strike register vouches it was never seen (early.go).
+	cfg.Reply = func() []byte {
+		var ok bool
+		if early, ok = r.srv.early.admit(payload); ok {
+			return []byte{transport.EarlyDataAccepted}
 		}
 		return nil
 	}
@@ -351,7 +361,11 @@ func (r *responder) serve(ctx context.Context, c net.Conn) {
 	var peer identity.PublicKey
 	copy(peer[:], nc.PeerStatic())
 	ctx = withHandshake(ctx, handshakeInfo{start: gc.accepted, end: time.Now(), via: gc.via, client: peer.Fingerprint()})
-	sess, err := transport.MuxServer(nc, r.cfg.Mux)
+	var link net.Conn = nc
+	if len(early) > 0 {
+		link = transport.NewPrefixConn(nc, early)
+	}
+	sess, err := transport.MuxServer(link, r.cfg.Mux)
 	if err != nil {
 		r.srv.log.Warn("mux setup failed", zap.Error(err))
 		return
@@ -407,7 +421,7 @@ func (r *responder) handshakeFailed(ctx context.Context, gc *gatedConn, err erro
 	r.srv.log.Info("handshake failed", zap.Stringer("remote", gc.RemoteAddr()), zap.String("address", gc.key), zap.String("reason", reason), zap.Error(err))
 }
 
-// isTimeout reports a deadline that passed: a socket's, or a yamux
+// isTimeout reports a deadline that passed: a socket's, or a mux
 // stream's (a relayed link).
 func isTimeout(err error) bool {
 	var ne net.Error
@@ -543,7 +557,7 @@ func (l *gatedListener) Accept() (net.Conn, error) {
 	}
 }
 
-// closeNow closes c and, for a yamux stream (whose Close only half-closes
+// closeNow closes c and, for a mux stream (whose Close only half-closes
 // it), also ends any Read or Write blocked on it.
 func closeNow(c net.Conn) {
 	c.SetDeadline(time.Unix(1, 0))
@@ -822,10 +836,10 @@ func peerUID(c *net.UnixConn) (int, bool) {
 	return int(cred.Uid), true
 }
 
-// ServeMux serves a yamux session: every stream the client opens is a
-// control stream with a session of its own. It returns when the yamux
+// ServeMux serves a mux session: every stream the client opens is a
+// control stream with a session of its own. It returns when the mux
 // session ends.
-func (s *Server) ServeMux(ctx context.Context, sess *yamux.Session, maxStreams int) {
+func (s *Server) ServeMux(ctx context.Context, sess *transport.MuxSession, maxStreams int) {
 	s.serveMux(ctx, sess, maxStreams, 0)
 }
 
@@ -833,7 +847,7 @@ func (s *Server) ServeMux(ctx context.Context, sess *yamux.Session, maxStreams i
 // opens no stream within firstStream: an authenticated client that then
 // sits idle would otherwise hold one of the listener's connections for
 // good (a client opens its first stream at once).
-func (s *Server) serveMux(ctx context.Context, sess *yamux.Session, maxStreams int, firstStream time.Duration) {
+func (s *Server) serveMux(ctx context.Context, sess *transport.MuxSession, maxStreams int, firstStream time.Duration) {
 	var opened atomic.Bool
 	if firstStream > 0 {
 		t := time.AfterFunc(firstStream, func() {

@@ -20,7 +20,6 @@ import (
 	"time"
 
 	"github.com/flynn/noise"
-	"github.com/hashicorp/yamux"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.uber.org/zap"
@@ -115,9 +114,9 @@ func (f *floodFixture) dialFrom(t *testing.T, from string) net.Conn {
 	return c
 }
 
-// floodClient is a real client: Noise IK, yamux, the control stream.
+// floodClient is a real client: Noise IK, the multiplexer, the control stream.
 type floodClient struct {
-	sess *yamux.Session
+	sess *transport.MuxSession
 	mc   *transport.MsgpackConn
 	id   int64
 }

@@ -10,7 +10,7 @@
 // connection drops, the session detaches and its processes keep running
 // for Config.DetachedTTL, their output retained (bounded) for a later
 // process/read. The front ends are listen.go (ws:// and stdio, the codex
-// stack), native.go (tcp:// and unix:// behind Noise and yamux) and
+// stack), native.go (tcp:// and unix:// behind Noise and the multiplexer) and
 // join.go (an executor joined to a relay).
 //
 // What runs processes and keeps their output is package engine
@@ -196,6 +196,11 @@ type Server struct {
 	mu       sync.Mutex
 	sessions map[string]*Session
 	closing  bool
+
+	// early is the strike register of early data (early.go), one for
+	// every native listener and relay the server serves: a message 1
+	// recorded on one path must not be accepted on another.
+	early *earlyGuard
 }
 
 // translate maps a client path (URI or absolute) to a native path.
@@ -235,7 +240,7 @@ func NewServer(cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("executor: path mappings: %w", err)
 	}
 	files := remotefs.Config{Paths: mapper, Hidden: cfg.SandboxHidden, MaxFileBytes: cfg.MaxFileBytes, MaxFileHandles: cfg.MaxFileHandles}
-	return &Server{cfg: cfg, log: cfg.Logger, sessions: make(map[string]*Session), mapper: mapper, files: files}, nil
+	return &Server{cfg: cfg, log: cfg.Logger, sessions: make(map[string]*Session), mapper: mapper, files: files, early: newEarlyGuard(nil)}, nil
 }
 
 // Config returns the server's configuration.

@@ -17,7 +17,6 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
-	"github.com/hashicorp/yamux"
 
 	"github.com/outpost-exec/outpost/client"
 	"github.com/outpost-exec/outpost/executor"
@@ -401,7 +400,7 @@ func hugeArgvAndEnv(t *testing.T, f *fleet) {
 func streamFloods(t *testing.T, f *fleet) {
 	// Thousands of streams on one authenticated executor connection: the
 	// per-connection stream limit resets the excess.
-	flood := func(sess *yamux.Session, n int) (opened int) {
+	flood := func(sess *transport.MuxSession, n int) (opened int) {
 		ctx := ctxT(t, 5*time.Second)
 		for opened < n && ctx.Err() == nil {
 			ch := make(chan error, 1)
@@ -540,8 +539,8 @@ func vanishingClients(t *testing.T, f *fleet) {
 	rel.Close()
 }
 
-// openStream opens a yamux stream.
-func openStream(t *testing.T, sess *yamux.Session) *yamux.Stream {
+// openStream opens a mux stream.
+func openStream(t *testing.T, sess *transport.MuxSession) *transport.MuxStream {
 	t.Helper()
 	st, err := sess.OpenStream()
 	if err != nil {
@@ -551,7 +550,7 @@ func openStream(t *testing.T, sess *yamux.Session) *yamux.Stream {
 }
 
 // readReply reads one msgpack message from st within 5 s.
-func readReply(t *testing.T, st *yamux.Stream) *transport.Message {
+func readReply(t *testing.T, st *transport.MuxStream) *transport.Message {
 	t.Helper()
 	st.SetReadDeadline(time.Now().Add(5 * time.Second))
 	m, err := transport.NewMsgpackConn(st, 0).ReadMessage(context.Background())

@@ -22,8 +22,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hashicorp/yamux"
-
 	"github.com/outpost-exec/outpost/cgroup"
 	"github.com/outpost-exec/outpost/client"
 	"github.com/outpost-exec/outpost/identity"
@@ -293,8 +291,8 @@ func splitURL(t testing.TB, url string) (string, identity.PublicKey) {
 }
 
 // noiseSession authenticates to a native listener (purpose "exec") or a
-// relay (purpose "relay") and returns the yamux session.
-func noiseSession(t testing.TB, url, purpose string) *yamux.Session {
+// relay (purpose "relay") and returns the mux session.
+func noiseSession(t testing.TB, url, purpose string) *transport.MuxSession {
 	t.Helper()
 	addr, pub := splitURL(t, url)
 	c, err := net.Dial("tcp", addr)

@@ -199,7 +199,7 @@ func TestSoakThroughTheRelay(t *testing.T) {
 		u := d.usage(t)
 		t.Logf("%s: baseline %+v, after %+v; peak RSS %d MiB after phase 1, %d MiB overall; RSS now %d MiB",
 			d.name, base[d], u, rssAfterCommands[d.name]>>10, peaks.get(d.name)>>10, rssKiB(d.cmd.Process.Pid)>>10)
-		// Bounded: retention (8 MiB per process), yamux windows (4 MiB per
+		// Bounded: retention (8 MiB per process), mux windows (4 MiB per
 		// stream) and buffers, not the volume that went through.
 		if peak := peaks.get(d.name) >> 10; peak > 256 {
 			t.Errorf("%s peaked at %d MiB of RSS", d.name, peak)

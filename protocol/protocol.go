@@ -56,7 +56,7 @@ const (
 	MethodEnvironmentInfo  = "environment/info"
 
 	// MethodProcessEvents opens an executor-initiated stream of one
-	// process's events on the native (yamux) transport; its params are
+	// process's events on the native (mux) transport; its params are
 	// EventsStreamHeader, and process/output, process/exited and
 	// process/closed notifications follow on the same stream.
 	MethodProcessEvents = "process/events"

@@ -15,7 +15,7 @@ func TestEveryFieldHasMatchingJSONAndMsgpackTags(t *testing.T) {
 		InitializeParams{}, InitializeResult{}, EnvPolicy{}, ManagedNetwork{}, ExecParams{}, StartResult{},
 		ReadParams{}, OutputChunk{}, Gap{}, ReadResult{}, WriteParams{}, WriteResult{}, SignalParams{},
 		TerminateParams{}, TerminateResult{}, ResizeParams{}, Shell{}, EnvironmentInfo{},
-		OutputNotification{}, ExitedNotification{}, ClosedNotification{}, Error{}, ErrorData{}, EventsStreamHeader{}, RelayJoinParams{}, RelayConnectParams{}, RelayConnectResult{}, RelayExecutor{}, RelayExecutorsParams{}, RelayExecutorsResult{},
+		OutputNotification{}, ExitedNotification{}, ClosedNotification{}, Error{}, ErrorData{}, EventsStreamHeader{}, RelayJoinParams{}, RelayConnectParams{}, RelayDataParams{}, RelayConnectResult{}, RelayExecutor{}, RelayExecutorsParams{}, RelayExecutorsResult{},
 	}
 	for _, v := range types {
 		rt := reflect.TypeOf(v)

@@ -7,7 +7,7 @@ import (
 	"unicode/utf8"
 )
 
-// Relay control messages: the first stream a party opens on its yamux
+// Relay control messages: the first stream a party opens on its mux
 // session with the relay carries one msgpack request and its response.
 const (
 	// MethodRelayJoin registers an executor (executor → relay). The
@@ -19,6 +19,11 @@ const (
 	MethodRelayConnect = "relay/connect"
 	// MethodRelayExecutors lists the joined executors.
 	MethodRelayExecutors = "relay/executors"
+	// MethodRelayData offers the relay a data connection (executor →
+	// relay, in the payload of the Noise handshake's message 1): once the
+	// executor has confirmed it, the connection waits, raw, for a client
+	// to be spliced to it (PROTOCOL.md section 9.6).
+	MethodRelayData = "relay/data"
 	// MethodRelayReconnect (relay → executor, a notification on the join
 	// stream) says the relay is draining: join afresh now, and keep
 	// serving the open client streams on this session until it closes.
@@ -34,10 +39,29 @@ type RelayJoinParams struct {
 	Version    string            `json:"version,omitempty" msgpack:"version,omitempty"`
 }
 
-// RelayConnectParams ask for a stream to an executor.
+// RelayConnectParams ask for a stream to an executor. Early, sent only in
+// the payload of the Noise handshake with the relay, is the start of the
+// client's own handshake with the executor (its preamble and IK message
+// 1), which the relay forwards ahead of everything else.
 type RelayConnectParams struct {
 	ExecutorID string `json:"executorId" msgpack:"executorId"`
 	Token      string `json:"token" msgpack:"token"`
+	Early      []byte `json:"early,omitempty" msgpack:"early,omitempty"`
+}
+
+// On a data connection (relay/data), the executor's first Noise record
+// after the handshake holds RelayDataReady; from then on the connection
+// carries raw bytes, and the relay's first is RelayDataClient, followed by
+// a client's.
+const (
+	RelayDataReady       = "outpost-data/1"
+	RelayDataClient byte = 0x01
+)
+
+// RelayDataParams offer a data connection for the joined executor ID
+// (relay/data).
+type RelayDataParams struct {
+	ExecutorID string `json:"executorId" msgpack:"executorId"`
 }
 
 // RelayConnectResult carries the executor's key from the relay's

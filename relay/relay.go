@@ -2,16 +2,24 @@
 // out and join; clients dial in and ask for an executor by id; the relay
 // splices a client's stream to a stream on the executor's session. It
 // brokers ciphertext only: inside the spliced stream, client and executor
-// run their own Noise IK handshake and yamux session, which the relay can
+// run their own Noise IK handshake and mux session, which the relay can
 // neither read nor forge.
 //
 // Wire, per TCP connection to the relay:
 //
 //	Noise (purpose "relay"; the relay's key is pinned by its URL fingerprint)
-//	→ yamux → the first stream the peer opens carries one msgpack request:
+//	→ mux → the first stream the peer opens carries one msgpack request:
 //	  relay/join      {executorId, token?, labels, version}   executor; the stream stays open
 //	  relay/connect   {executorId, token}  → {executorKey}    client; the stream is then spliced
 //	  relay/executors {token}              → {executors}      listing
+//
+// Or the request travels in the payload of the Noise IK message 1, is
+// answered in message 2, and the connection then carries raw bytes (see
+// data.go): relay/connect with the client's own handshake to the executor
+// (the raw path: spliced with splice(2), never re-encrypted), relay/data
+// from a joined executor (a pre-dialled data connection for its next
+// client). A client is spliced to an idle data connection of the executor
+// when it has one, else to a new stream on its session.
 //
 // An executor's id is bound to its static key on first join (which needs a
 // join token); later joins authenticate by the key alone, and another key
@@ -21,7 +29,7 @@
 // the same key is either the executor reconnecting after its old connection
 // died without the relay noticing, or a second holder of the key (a stolen
 // executor.key). The relay tells them apart by asking the old session: it
-// sends a yamux ping and waits Config.LivenessTimeout (2.5 s). If the old
+// sends a mux ping and waits Config.LivenessTimeout (2.5 s). If the old
 // session answers, the newcomer is refused with protocol.CodeRelayAlreadyJoined
 // (ErrAlreadyJoined; logged at warn level and counted in Stats.DuplicateJoins)
 // and the old session keeps the id; if it does not, the old session is closed
@@ -44,15 +52,18 @@
 //
 // Bounds: Config.MaxExecutors joined executors, Config.MaxConnections TCP
 // connections (and Config.MaxHandshakes in progress); per executor, its
-// yamux stream limit; per spliced stream, two goroutines and a copy buffer
-// each way (32 KiB, 128 KiB once the stream moves bulk data), with yamux
-// windows bounding what is in flight.
+// mux stream limit, Config.MaxStreamsPerExecutor splices and
+// Config.MaxDataConns idle data connections; per splice, two goroutines
+// and, unless both ends are TCP sockets (splice(2), the kernel's pipe), a
+// copy buffer each way (32 KiB, 128 KiB once it moves bulk data), with
+// mux windows or TCP's bounding what is in flight.
 package relay
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"sort"
@@ -62,7 +73,6 @@ import (
 
 	"github.com/coder/websocket"
 	"github.com/flynn/noise"
-	"github.com/hashicorp/yamux"
 	bolt "go.etcd.io/bbolt"
 	"go.uber.org/zap"
 
@@ -85,7 +95,7 @@ type Config struct {
 	Tokens *Store
 	// Logger logs (default zap.NewNop()).
 	Logger *zap.Logger
-	// Mux configures yamux on every connection (default
+	// Mux configures the multiplexer on every connection (default
 	// transport.DefaultMuxConfig()).
 	Mux transport.MuxConfig
 	// MaxExecutors bounds joined executors (default 10,000).
@@ -116,12 +126,18 @@ type Config struct {
 	// looks in the store for keys revoked by another process (default
 	// DefaultRevocationPoll, 1 s).
 	RevocationPoll time.Duration
+	// MaxDataConns bounds the idle data connections one joined executor
+	// may hold open (relay/data, PROTOCOL.md section 9.6; default
+	// DefaultMaxDataConns, 8). Spliced ones count against
+	// MaxStreamsPerExecutor instead.
+	MaxDataConns int
 }
 
 // Defaults of Config.LivenessTimeout and Config.RevocationPoll.
 const (
 	DefaultLivenessTimeout = 2500 * time.Millisecond
 	DefaultRevocationPoll  = time.Second
+	DefaultMaxDataConns    = 8
 )
 
 // DefaultConfig returns the default configuration, without the two
@@ -139,6 +155,7 @@ func DefaultConfig() Config {
 		FailureWindow:         time.Minute,
 		LivenessTimeout:       DefaultLivenessTimeout,
 		RevocationPoll:        DefaultRevocationPoll,
+		MaxDataConns:          DefaultMaxDataConns,
 	}
 }
 
@@ -161,6 +178,7 @@ func (c Config) withDefaults() Config {
 	orDefault(&c.FailureWindow, d.FailureWindow)
 	orDefault(&c.LivenessTimeout, d.LivenessTimeout)
 	orDefault(&c.RevocationPoll, d.RevocationPoll)
+	orDefault(&c.MaxDataConns, d.MaxDataConns)
 	return c
 }
 
@@ -203,6 +221,8 @@ func (c Config) Validate() error {
 		return errors.New("relay: LivenessTimeout must be positive")
 	case c.RevocationPoll <= 0:
 		return errors.New("relay: RevocationPoll must be positive")
+	case c.MaxDataConns < 1:
+		return errors.New("relay: MaxDataConns must be at least 1")
 	}
 	return nil
 }
@@ -227,6 +247,7 @@ type Server struct {
 	duplicateJoins   atomic.Uint64
 	revokedJoins     atomic.Uint64
 	revokedSessions  atomic.Uint64
+	dataSplices      atomic.Uint64
 }
 
 type failureCount struct {
@@ -240,7 +261,7 @@ type joined struct {
 	labels  map[string]string
 	version string
 	since   time.Time
-	sess    *yamux.Session
+	sess    *transport.MuxSession
 	ctl     net.Conn // the join stream, for the reconnect notice
 	mc      *transport.MsgpackConn
 	remote  string
@@ -248,6 +269,13 @@ type joined struct {
 	// Under Server.mu:
 	probe      *liveness // the ping in flight for a duplicate join, if any
 	checkedSeq uint64    // the store's revocation sequence its key was checked at
+	// Its data connections (see data.go): idle holds those waiting for a
+	// client (at most Config.MaxDataConns); data holds every one, idle or
+	// spliced, to be closed with the session; gone is set once the
+	// session has left, after which none registers.
+	idle []*dataConn
+	data map[*dataConn]struct{}
+	gone bool
 }
 
 // liveness is one ping of a joined session; done is closed once alive is set.
@@ -439,12 +467,38 @@ func (s *Server) serve(ctx context.Context, c net.Conn, hs chan struct{}) {
 	case <-ctx.Done():
 		return
 	}
-	nc, err := transport.NoiseResponder(ctx, c, transport.NoiseConfig{Static: s.cfg.Key, Purpose: Purpose, AllowXX: true, HandshakeTimeout: s.cfg.HandshakeTimeout})
+	// A request in the handshake's payload (relay/connect, relay/data;
+	// see data.go) is answered in message 2; without one, mux follows.
+	var hr *handshakeRequest
+	ncfg := transport.NoiseConfig{Static: s.cfg.Key, Purpose: Purpose, AllowXX: true, HandshakeTimeout: s.cfg.HandshakeTimeout}
+	ncfg.Authorize = func(peerStatic, payload []byte) error {
+		if len(payload) > 0 {
+			var peer [32]byte
+			copy(peer[:], peerStatic)
+			hr = s.handshakeRequest(peer, c.RemoteAddr().String(), payload)
+		}
+		return nil
+	}
+	ncfg.Reply = func() []byte {
+		if hr == nil {
+			return nil
+		}
+		hr.answered = true
+		return hr.reply
+	}
+	nc, err := transport.NoiseResponder(ctx, c, ncfg)
 	<-hs
 	if err != nil {
+		if hr != nil {
+			hr.abandon(s)
+		}
 		s.failedHandshakes.Add(1)
 		s.failed(ip)
 		s.log.Debug("relay handshake failed", zap.Stringer("remote", c.RemoteAddr()), zap.Error(err))
+		return
+	}
+	if hr != nil {
+		s.serveHandshakeRequest(ctx, nc, hr)
 		return
 	}
 	sess, err := transport.MuxServer(nc, s.cfg.Mux)
@@ -469,7 +523,7 @@ func (s *Server) serve(ctx context.Context, c net.Conn, hs chan struct{}) {
 	}
 	// Hang up politely: the peer closes first once it has read our last
 	// reply. Closing the session at once races that reply — the peer's
-	// yamux may report "session shutdown" to a write it already made
+	// mux may report "session shutdown" to a write it already made
 	// and never read the error we sent. The wait is bounded by
 	// replyLinger, and connections are bounded by MaxConnections.
 	defer func() {
@@ -510,7 +564,7 @@ func (s *Server) serve(ctx context.Context, c net.Conn, hs chan struct{}) {
 	}
 }
 
-func (s *Server) join(ctx context.Context, sess *yamux.Session, ctl net.Conn, mc *transport.MsgpackConn, m *transport.Message, peer [32]byte, remote string) {
+func (s *Server) join(ctx context.Context, sess *transport.MuxSession, ctl net.Conn, mc *transport.MsgpackConn, m *transport.Message, peer [32]byte, remote string) {
 	p, perr := parseJoin(m)
 	if perr != nil {
 		mc.WriteError(ctx, m.ID, perr)
@@ -641,10 +695,10 @@ func (s *Server) probeLocked(j *joined) *liveness {
 	return pr
 }
 
-// ping reports whether sess answers a yamux ping within timeout. The
+// ping reports whether sess answers a mux ping within timeout. The
 // pinging goroutine outlives a timeout only until the session is closed
-// (which the caller does) or yamux gives up on its own.
-func ping(sess *yamux.Session, timeout time.Duration) bool {
+// (which the caller does) or mux gives up on its own.
+func ping(sess *transport.MuxSession, timeout time.Duration) bool {
 	res := make(chan error, 1)
 	go func() {
 		_, err := sess.Ping()
@@ -764,7 +818,18 @@ func (s *Server) leave(j *joined) {
 	if s.executors[j.id] == j {
 		delete(s.executors, j.id)
 	}
+	j.gone = true
+	data := make([]*dataConn, 0, len(j.data))
+	for dc := range j.data {
+		data = append(data, dc)
+	}
 	s.mu.Unlock()
+	// Its data connections go with it, idle or spliced, as its streams
+	// do with the session.
+	for _, dc := range data {
+		dc.conn.SetDeadline(time.Unix(1, 0))
+		dc.conn.Close()
+	}
 	s.log.Info("executor left", zap.String("executor", j.id))
 }
 
@@ -796,14 +861,39 @@ func (s *Server) connect(ctx context.Context, ctl net.Conn, mc *transport.Msgpac
 		s.connectRefused(ctx, mc, m, client, remote, "", perr)
 		return
 	}
-	tok, err := s.redeem(TokenClient, p.Token)
-	if err != nil {
-		s.connectRefused(ctx, mc, m, client, remote, p.ExecutorID, protocol.KindErrorf(refusalKind(err), protocol.CodeInvalidRequest, "relay/connect: %v", err))
+	tok, j, perr := s.admitConnect(p)
+	if perr != nil {
+		s.connectRefused(ctx, mc, m, client, remote, p.ExecutorID, perr)
 		return
 	}
-	if !tok.AllowsExecutor(p.ExecutorID) {
-		s.connectRefused(ctx, mc, m, client, remote, p.ExecutorID, protocol.KindErrorf(protocol.KindRefused, protocol.CodeInvalidRequest, "relay/connect: %v: %s", ErrNotAllowed, p.ExecutorID))
+	defer s.releaseSlot(j)
+	up, dc, err := s.openTarget(j)
+	if err != nil {
+		s.connectRefused(ctx, mc, m, client, remote, p.ExecutorID, protocol.KindErrorf(protocol.KindUnavailable, protocol.CodeNotFound, "relay/connect: executor %s is offline", p.ExecutorID))
 		return
+	}
+	defer s.closeTarget(j, up, dc)
+	if err := mc.WriteResult(ctx, m.ID, protocol.RelayConnectResult{ExecutorKey: fingerprint(j.key)}); err != nil {
+		return
+	}
+	s.log.Info("client connected", zap.String("client", client), zap.String("remote", remote), zap.String("executor", p.ExecutorID),
+		zap.String("outcome", "spliced"), zap.String("token_id", tok.ID), zap.Bool("data_conn", dc != nil))
+	start := time.Now()
+	n := splice(ctl, up)
+	s.splicedBytes.Add(n)
+	s.log.Info("client disconnected", zap.String("client", client), zap.String("executor", p.ExecutorID), zap.Uint64("bytes", n), zap.Duration("duration", time.Since(start)))
+}
+
+// admitConnect checks a relay/connect — the token, its ACL, the executor
+// joined, its stream limit, the relay not draining — and takes a splice
+// slot (give it back with releaseSlot).
+func (s *Server) admitConnect(p protocol.RelayConnectParams) (Token, *joined, *protocol.Error) {
+	tok, err := s.redeem(TokenClient, p.Token)
+	if err != nil {
+		return tok, nil, protocol.KindErrorf(refusalKind(err), protocol.CodeInvalidRequest, "relay/connect: %v", err)
+	}
+	if !tok.AllowsExecutor(p.ExecutorID) {
+		return tok, nil, protocol.KindErrorf(protocol.KindRefused, protocol.CodeInvalidRequest, "relay/connect: %v: %s", ErrNotAllowed, p.ExecutorID)
 	}
 	s.mu.Lock()
 	j := s.executors[p.ExecutorID]
@@ -814,42 +904,26 @@ func (s *Server) connect(ctx context.Context, ctl net.Conn, mc *transport.Msgpac
 		s.spliced++
 	}
 	s.mu.Unlock()
-	if draining {
-		s.connectRefused(ctx, mc, m, client, remote, p.ExecutorID, protocol.KindErrorf(protocol.KindUnavailable, protocol.CodeInvalidRequest, "relay/connect: %v; connect again", ErrShuttingDown))
-		return
+	switch {
+	case draining:
+		return tok, nil, protocol.KindErrorf(protocol.KindUnavailable, protocol.CodeInvalidRequest, "relay/connect: %v; connect again", ErrShuttingDown)
+	case j == nil:
+		return tok, nil, s.notJoined(p.ExecutorID)
+	case full:
+		return tok, nil, protocol.KindErrorf(protocol.KindExhausted, protocol.CodeInvalidRequest, "relay/connect: executor %s has %d connections, the most this relay allows", p.ExecutorID, s.cfg.MaxStreamsPerExecutor)
 	}
-	if j == nil {
-		s.connectRefused(ctx, mc, m, client, remote, p.ExecutorID, s.notJoined(p.ExecutorID))
-		return
+	return tok, j, nil
+}
+
+// releaseSlot gives back a slot admitConnect took.
+func (s *Server) releaseSlot(j *joined) {
+	s.mu.Lock()
+	j.streams--
+	s.spliced--
+	if s.draining && s.spliced == 0 {
+		close(s.drained)
 	}
-	if full {
-		s.connectRefused(ctx, mc, m, client, remote, p.ExecutorID, protocol.KindErrorf(protocol.KindExhausted, protocol.CodeInvalidRequest, "relay/connect: executor %s has %d connections, the most this relay allows", p.ExecutorID, s.cfg.MaxStreamsPerExecutor))
-		return
-	}
-	defer func() {
-		s.mu.Lock()
-		j.streams--
-		s.spliced--
-		if s.draining && s.spliced == 0 {
-			close(s.drained)
-		}
-		s.mu.Unlock()
-	}()
-	up, err := j.sess.OpenStream()
-	if err != nil {
-		s.connectRefused(ctx, mc, m, client, remote, p.ExecutorID, protocol.KindErrorf(protocol.KindUnavailable, protocol.CodeNotFound, "relay/connect: executor %s is offline", p.ExecutorID))
-		return
-	}
-	defer up.Close()
-	if err := mc.WriteResult(ctx, m.ID, protocol.RelayConnectResult{ExecutorKey: fingerprint(j.key)}); err != nil {
-		return
-	}
-	s.log.Info("client connected", zap.String("client", client), zap.String("remote", remote), zap.String("executor", p.ExecutorID),
-		zap.String("outcome", "spliced"), zap.String("token_id", tok.ID))
-	start := time.Now()
-	n := splice(ctl, up)
-	s.splicedBytes.Add(n)
-	s.log.Info("client disconnected", zap.String("client", client), zap.String("executor", p.ExecutorID), zap.Uint64("bytes", n), zap.Duration("duration", time.Since(start)))
+	s.mu.Unlock()
 }
 
 func (s *Server) list(ctx context.Context, mc *transport.MsgpackConn, m *transport.Message) {
@@ -917,8 +991,18 @@ const maxLabels = 32
 func splice(a, b net.Conn) uint64 {
 	done := make(chan uint64, 2)
 	cp := func(dst, src net.Conn) {
-		n := copyAdaptive(dst, src)
-		// A yamux stream's Close only half-closes it: the other
+		var n uint64
+		d, dok := dst.(*net.TCPConn)
+		sc, sok := src.(*net.TCPConn)
+		if dok && sok {
+			// Both raw sockets (a client and a data connection): io.Copy
+			// moves the bytes with splice(2), never through user space.
+			k, _ := io.Copy(d, sc)
+			n = uint64(k)
+		} else {
+			n = copyAdaptive(dst, src)
+		}
+		// A mux stream's Close only half-closes it: the other
 		// direction's Read would wait for a peer that may never close
 		// (an executor evicting an idle client's stream; the client
 		// then holding the slot). Its deadline ends it once it has
@@ -936,7 +1020,7 @@ func splice(a, b net.Conn) uint64 {
 
 // Splice buffers: a direction starts with spliceSmallBuffer and moves to
 // spliceBulkBuffer once a read fills it (a bulk transfer: larger reads and
-// writes mean fewer yamux frames and Noise records, about 20% more
+// writes mean fewer mux frames and Noise records, about 20% more
 // throughput). Idle and interactive streams keep the small one.
 const (
 	spliceSmallBuffer = 32 << 10
@@ -1044,6 +1128,8 @@ type Stats struct {
 	DuplicateJoins   uint64 // joins refused because the id is joined, alive, with the same key, since start
 	RevokedKeyJoins  uint64 // joins refused because the key is revoked, since start
 	RevokedSessions  uint64 // joined sessions closed because their key was revoked, since start
+	IdleDataConns    int    // data connections waiting for a client now (relay/data)
+	DataSplices      uint64 // clients spliced to a data connection (raw, no mux), since start
 }
 
 // Stats returns the relay's current state.
@@ -1061,6 +1147,10 @@ func (s *Server) Stats() Stats {
 		RevokedSessions:  s.revokedSessions.Load(),
 	}
 	st.SplicedStreams = s.spliced
+	st.DataSplices = s.dataSplices.Load()
+	for _, j := range s.executors {
+		st.IdleDataConns += len(j.idle)
+	}
 	for _, f := range s.failures {
 		if f.n >= s.cfg.MaxFailedHandshakes && time.Since(f.since) <= s.cfg.FailureWindow {
 			st.BlockedAddresses++

@@ -15,7 +15,7 @@ import (
 	"github.com/outpost-exec/outpost/protocol"
 )
 
-// The native codec: length-prefixed msgpack frames, carried on yamux
+// The native codec: length-prefixed msgpack frames, carried on mux
 // streams inside a Noise-encrypted TCP connection.
 //
 // A stream is a sequence of frames:
@@ -101,7 +101,7 @@ const (
 //
 // The context of ReadMessage and of the Write methods is checked before
 // the I/O starts and not consulted during it: a blocked call ends when the
-// stream delivers, fails or is closed (close the conn, or the yamux
+// stream delivers, fails or is closed (close the conn, or the mux
 // session, to interrupt it).
 type MsgpackConn struct {
 	rw       io.ReadWriteCloser
@@ -121,7 +121,7 @@ type MsgpackConn struct {
 
 // NewMsgpackConn wraps rw. Frames over maxFrame bytes (<= 0:
 // protocol.MaxMessageBytes) are refused in both directions. rw should be
-// buffered (a yamux stream is): a frame is read with two Reads.
+// buffered (a mux stream is): a frame is read with two Reads.
 func NewMsgpackConn(rw io.ReadWriteCloser, maxFrame int) *MsgpackConn {
 	c := &MsgpackConn{rw: rw, maxFrame: msgpackFrameLimit(maxFrame)}
 	c.enc = msgpack.NewEncoder(&c.wbuf)

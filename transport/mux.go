@@ -1,35 +1,59 @@
 package transport
 
-// Multiplexing: a yamux session runs over each Noise channel. On an
-// executor link the client opens one control stream (msgpack RPC) and the
-// executor opens one stream per followed process for its events, so
-// yamux's per-stream flow control keeps one process's output from
-// delaying another's, and a client that stops reading one stream slows
-// only that process.
+// Multiplexing: a session of package transport/mux (SPEC.md there) runs
+// over each Noise channel. On an executor link the client opens one
+// control stream (msgpack RPC) and the executor opens one stream per
+// followed process for its events, so per-stream flow control keeps one
+// process's output from delaying another's, and a client that stops
+// reading one stream slows only that process.
+//
+// Memory: a stream buffers at most its receive window unread (plus
+// 128 KiB of chunk slack). Windows start at mux.InitialWindow (256 KiB)
+// and grow with the measured bandwidth-delay product up to StreamWindow;
+// their growth is bounded per connection by SessionWindow and per process
+// by ProcessWindowBudget. So one connection's receive buffers are bounded
+// by peer streams (≤ mux MaxStreams, 1024) × 256 KiB + SessionWindow, and
+// a whole executor's growth by ProcessWindowBudget.
 
 import (
-	"encoding/binary"
 	"errors"
-	"io"
 	"net"
-	"sync"
 	"time"
 
-	"github.com/hashicorp/yamux"
+	"github.com/outpost-exec/outpost/transport/mux"
 )
 
-// MuxConfig configures a yamux session.
+// MuxSession and MuxStream are the multiplexer's session and stream.
+type (
+	MuxSession = mux.Session
+	MuxStream  = mux.Stream
+)
+
+// ProcessWindowBudget bounds the window growth of every session in this
+// process together: 256 MiB, eight streams at the 16 MiB cap with room to
+// spare, so a busy executor or relay cannot be talked into unbounded
+// receive buffers by many connections.
+var ProcessWindowBudget = mux.NewBudget(256 << 20)
+
+// MuxConfig configures a multiplexed session.
 type MuxConfig struct {
-	// StreamWindow is each stream's receive window. 4 MiB keeps a stream
-	// at full speed up to 40 ms of round trip at 800 Mbit/s; it is also
-	// the most one stream can buffer unread on the receiving side, so a
-	// session's receive memory is bounded by streams × StreamWindow.
+	// StreamWindow caps each stream's receive window, the most one stream
+	// buffers unread. A window starts at 256 KiB and doubles while the
+	// reader keeps up and the window, not the reader, limits the rate
+	// (measured against the round trip), so a bulk stream reaches 2–4×
+	// the path's bandwidth-delay product: 16 MiB keeps one stream at full
+	// speed to 80 MB/s at 100 ms, or 800 Mbit/s at 80 ms of round trip.
 	StreamWindow uint32
-	// KeepAlive is the ping interval; a peer that stops answering is
-	// dropped after ConnectionWriteTimeout.
+	// SessionWindow bounds how far all of a connection's stream windows
+	// may grow beyond 256 KiB, together (default 32 MiB; 0 selects it).
+	SessionWindow int64
+	// KeepAlive is the ping interval; a peer that does not answer within
+	// ConnectionWriteTimeout is dropped. ConnectionWriteTimeout also
+	// bounds a frame's write to the connection.
 	KeepAlive              time.Duration
 	ConnectionWriteTimeout time.Duration
-	// MaxInboundStreams bounds the streams the peer may have open at once.
+	// MaxInboundStreams bounds the streams the peer may have open at once
+	// (enforced by the executor on client-opened control streams).
 	MaxInboundStreams int
 	// AcceptBacklog bounds streams opened but not yet accepted.
 	AcceptBacklog int
@@ -38,7 +62,8 @@ type MuxConfig struct {
 // DefaultMuxConfig returns the defaults documented on MuxConfig.
 func DefaultMuxConfig() MuxConfig {
 	return MuxConfig{
-		StreamWindow:           4 << 20,
+		StreamWindow:           16 << 20,
+		SessionWindow:          32 << 20,
 		KeepAlive:              30 * time.Second,
 		ConnectionWriteTimeout: 10 * time.Second,
 		MaxInboundStreams:      64,
@@ -49,8 +74,10 @@ func DefaultMuxConfig() MuxConfig {
 // Validate reports the first invalid setting.
 func (c MuxConfig) Validate() error {
 	switch {
-	case c.StreamWindow < 256<<10:
-		return errors.New("mux: StreamWindow must be at least 256 KiB")
+	case c.StreamWindow < mux.InitialWindow || c.StreamWindow > 1<<30:
+		return errors.New("mux: StreamWindow must be between 256 KiB and 1 GiB")
+	case c.SessionWindow < 0:
+		return errors.New("mux: SessionWindow must not be negative")
 	case c.KeepAlive <= 0 || c.ConnectionWriteTimeout <= 0:
 		return errors.New("mux: KeepAlive and ConnectionWriteTimeout must be positive")
 	case c.MaxInboundStreams < 1 || c.AcceptBacklog < 1:
@@ -59,75 +86,29 @@ func (c MuxConfig) Validate() error {
 	return nil
 }
 
-func (c MuxConfig) yamux() *yamux.Config {
-	y := yamux.DefaultConfig()
-	y.MaxStreamWindowSize = c.StreamWindow
-	y.EnableKeepAlive = true
-	y.KeepAliveInterval = c.KeepAlive
-	y.ConnectionWriteTimeout = c.ConnectionWriteTimeout
-	y.AcceptBacklog = c.AcceptBacklog
-	y.StreamOpenTimeout = c.ConnectionWriteTimeout
-	y.LogOutput = io.Discard
-	return y
+func (c MuxConfig) mux() mux.Config {
+	return mux.Config{
+		MaxStreamWindow: c.StreamWindow,
+		SessionBudget:   c.SessionWindow,
+		Shared:          ProcessWindowBudget,
+		KeepAlive:       c.KeepAlive,
+		WriteTimeout:    c.ConnectionWriteTimeout,
+		AcceptBacklog:   c.AcceptBacklog,
+	}
 }
 
-// MuxServer runs the accepting side of a yamux session over conn.
-func MuxServer(conn net.Conn, cfg MuxConfig) (*yamux.Session, error) {
+// MuxServer runs the accepting side of a session over conn.
+func MuxServer(conn net.Conn, cfg MuxConfig) (*mux.Session, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return yamux.Server(&coalescer{Conn: conn}, cfg.yamux())
+	return mux.Server(conn, cfg.mux())
 }
 
-// MuxClient runs the dialling side of a yamux session over conn.
-func MuxClient(conn net.Conn, cfg MuxConfig) (*yamux.Session, error) {
+// MuxClient runs the dialling side of a session over conn.
+func MuxClient(conn net.Conn, cfg MuxConfig) (*mux.Session, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return yamux.Client(&coalescer{Conn: conn}, cfg.yamux())
-}
-
-// yamux's header layout: version(1) type(1) flags(2) stream(4) length(4).
-const (
-	yamuxHeaderSize = 12
-	yamuxTypeData   = 0
-)
-
-// coalescer joins each yamux data header with the body yamux writes right
-// after it, so a frame costs one system call instead of two (and, over a
-// NoiseConn, no extra copy). Headers of frames without a body pass
-// straight through.
-type coalescer struct {
-	net.Conn
-	mu  sync.Mutex
-	hdr []byte
-	buf []byte
-}
-
-type buffersWriter interface {
-	WriteBuffers(bufs ...[]byte) (int, error)
-}
-
-func (c *coalescer) Write(p []byte) (int, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.hdr == nil && len(p) == yamuxHeaderSize && p[1] == yamuxTypeData && binary.BigEndian.Uint32(p[8:12]) > 0 {
-		c.hdr = append(c.hdr[:0:0], p...)
-		return len(p), nil
-	}
-	if c.hdr == nil {
-		return c.Conn.Write(p)
-	}
-	hdr := c.hdr
-	c.hdr = nil
-	if bw, ok := c.Conn.(buffersWriter); ok {
-		n, err := bw.WriteBuffers(hdr, p)
-		return max(n-len(hdr), 0), err
-	}
-	c.buf = append(append(c.buf[:0], hdr...), p...)
-	n, err := c.Conn.Write(c.buf)
-	if cap(c.buf) > 4<<20 {
-		c.buf = nil
-	}
-	return max(n-len(hdr), 0), err
+	return mux.Client(conn, cfg.mux())
 }

@@ -115,6 +115,11 @@ type NoiseConfig struct {
 	// lets initiators that do not know this responder's key connect.
 	Authorize func(peerStatic, payload []byte) error
 	AllowXX   bool
+	// Reply (responder, IK only), if set, is called once Authorize has
+	// accepted message 1; what it returns (at most MaxHandshakePayload
+	// bytes) is message 2's payload, which the initiator reads from
+	// NoiseConn.HandshakeReply. The executor answers early data with it.
+	Reply func() []byte
 
 	// HandshakeTimeout bounds the whole handshake (default 10 s).
 	HandshakeTimeout time.Duration
@@ -145,6 +150,7 @@ type NoiseConn struct {
 	br    *bufio.Reader
 	peer  []byte
 	rekey uint64
+	reply []byte // initiator, IK: message 2's payload
 
 	rmu    sync.Mutex
 	recv   *noise.CipherState
@@ -251,6 +257,7 @@ func NoiseInitiator(ctx context.Context, conn net.Conn, cfg NoiseConfig) (*Noise
 		return nil, fmt.Errorf("noise handshake: %w", err)
 	}
 	var send, recv *noise.CipherState
+	var reply []byte
 	if pattern == patternIK {
 		msg, _, _, err := hs.WriteMessage(nil, cfg.Payload)
 		if err != nil {
@@ -263,7 +270,7 @@ func NoiseInitiator(ctx context.Context, conn net.Conn, cfg NoiseConfig) (*Noise
 		if err != nil {
 			return nil, handshakeReadErr(err)
 		}
-		if _, send, recv, err = hs.ReadMessage(nil, in); err != nil {
+		if reply, send, recv, err = hs.ReadMessage(nil, in); err != nil {
 			return nil, fmt.Errorf("noise handshake: responder's reply did not authenticate: %w", err)
 		}
 	} else {
@@ -294,7 +301,9 @@ func NoiseInitiator(ctx context.Context, conn net.Conn, cfg NoiseConfig) (*Noise
 			return nil, fmt.Errorf("noise handshake: %w", err)
 		}
 	}
-	return newNoiseConn(conn, br, hs.PeerStatic(), send, recv, cfg.rekeyInterval()), nil
+	nc := newNoiseConn(conn, br, hs.PeerStatic(), send, recv, cfg.rekeyInterval())
+	nc.reply = reply
+	return nc, nil
 }
 
 func handshakeReadErr(err error) error {
@@ -354,7 +363,13 @@ func NoiseResponder(ctx context.Context, conn net.Conn, cfg NoiseConfig) (*Noise
 		if err := authorize(payload); err != nil {
 			return nil, err
 		}
-		msg, cs1, cs2, err := hs.WriteMessage(nil, nil)
+		var reply []byte
+		if cfg.Reply != nil {
+			if reply = cfg.Reply(); len(reply) > MaxHandshakePayload {
+				return nil, fmt.Errorf("noise handshake: reply payload of %d bytes exceeds %d", len(reply), MaxHandshakePayload)
+			}
+		}
+		msg, cs1, cs2, err := hs.WriteMessage(nil, reply)
 		if err != nil {
 			return nil, fmt.Errorf("noise handshake: %w", err)
 		}
@@ -395,6 +410,10 @@ func newNoiseConn(conn net.Conn, br *bufio.Reader, peer []byte, send, recv *nois
 
 // PeerStatic returns the peer's authenticated static public key.
 func (c *NoiseConn) PeerStatic() []byte { return c.peer }
+
+// HandshakeReply is, on an IK initiator's channel, the payload of the
+// responder's message 2 (NoiseConfig.Reply); nil otherwise.
+func (c *NoiseConn) HandshakeReply() []byte { return c.reply }
 
 // Read returns decrypted bytes.
 func (c *NoiseConn) Read(p []byte) (int, error) {

@@ -16,7 +16,7 @@ import (
 // Connection URLs. Every URL outpost dials, and every --listen URL, is
 // parsed by ParseURL:
 //
-//	tcp://HOST:PORT[#fingerprint]        executor, native stack (Noise, yamux, msgpack) over TCP
+//	tcp://HOST:PORT[#fingerprint]        executor, native stack (Noise, the multiplexer, msgpack) over TCP
 //	unix:///path[#fingerprint]           the same over a Unix socket
 //	ws://HOST:PORT[/path]                executor, codex's JSON-RPC lite (no key: plaintext)
 //	stdio://PROGRAM                      an executor spawned on stdin and stdout

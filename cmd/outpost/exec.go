@@ -118,21 +118,9 @@ func cmdExec(args []string, stdout, stderr io.Writer) int {
 	}
 	dialCfg.Executor, dialCfg.Token = where.Executor, where.Token
 	pinning(&dialCfg, where.AcceptNew, stderr)
-	var environment client.Environment
-	if url == "" {
-		environment, err = local.New(ctx)
-		if *cwd == "" {
-			*cwd, _ = os.Getwd()
-		}
-	} else {
-		environment, err = client.Dial(ctx, url, dialCfg)
+	if url == "" && *cwd == "" {
+		*cwd, _ = os.Getwd()
 	}
-	if err != nil {
-		fmt.Fprintf(stderr, "outpost exec: cannot reach the executor: %v\n", err)
-		return dialExit(err)
-	}
-	defer environment.Close()
-
 	params := protocol.ExecParams{Argv: argv, Cwd: *cwd, Env: env, EnvPolicy: &protocol.EnvPolicy{Inherit: protocol.InheritCore}, Sandbox: sandboxPolicy, Tty: *tty}
 	stdinIsTerm := isTerminal(os.Stdin)
 	params.PipeStdin = !*tty // like ssh: stdin is forwarded; EOF closes the remote stdin
@@ -141,9 +129,37 @@ func cmdExec(args []string, stdout, stderr io.Writer) int {
 			params.Rows, params.Cols = rows, cols
 		}
 	}
-	p, err := environment.Start(ctx, params)
-	if err != nil {
-		return startFailure(err, stderr)
+	var environment client.Environment
+	var p *client.Process
+	if url == "" {
+		environment, err = local.New(ctx)
+		if err != nil {
+			fmt.Fprintf(stderr, "outpost exec: cannot reach the executor: %v\n", err)
+			return dialExit(err)
+		}
+		defer environment.Close()
+		if p, err = environment.Start(ctx, params); err != nil {
+			return startFailure(err, stderr)
+		}
+	} else {
+		// initialize and process/start back to back (in the handshake's
+		// first message, as early data, to a pinned direct executor).
+		var r *client.Remote
+		r, p, err = client.DialStart(ctx, url, dialCfg, params)
+		if r == nil {
+			fmt.Fprintf(stderr, "outpost exec: cannot reach the executor: %v\n", err)
+			return dialExit(err)
+		}
+		environment = r
+		// At exit, everything the command wrote has been delivered (its
+		// closed event comes last): the connection is closed without
+		// waiting — through a relay, Close would wait a round trip for the
+		// relay to echo the end of the stream — and the process's exit
+		// ends whatever is left of it.
+		defer func() { go r.Close() }()
+		if err != nil {
+			return startFailure(err, stderr)
+		}
 	}
 	emit := jsonEmitter(stdout, *jsonOut)
 	emit(map[string]any{"type": "start", "processId": p.ID(), "pid": p.Pid()})

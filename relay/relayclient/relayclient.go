@@ -6,12 +6,18 @@
 // Dial opens a control connection (PROTOCOL.md section 9.1): the byte pipe
 // to the relay's URL (outpost:// over TCP, outpost+ws:// over WebSocket),
 // Noise as initiator with purpose transport.PurposeRelay and the relay's
-// key pinned by the URL's fingerprint (IK: a relay is always pinned), yamux,
+// key pinned by the URL's fingerprint (IK: a relay is always pinned), the multiplexer,
 // and the control stream, which carries one request (Call) and its reply.
 // After relay/connect the control stream is spliced to the executor
 // (Connect); after relay/join it stays open for relay/reconnect notices
 // (AwaitNotification), and the relay opens a stream on the session for
 // each client it brings (Streams).
+//
+// ConnectEarly and DialData take the raw path instead (PROTOCOL.md
+// sections 9.3 and 9.6): the request travels in the Noise handshake's
+// first message, the answer in the second, and the connection then carries
+// raw bytes — a client's end-to-end channel, or an executor's idle data
+// connection (AwaitClient).
 //
 // A refusal comes back as the relay's *protocol.Error itself, unwrapped:
 // callers decide by protocol.KindOf and its code, never by its text.
@@ -29,7 +35,6 @@ import (
 	"time"
 
 	"github.com/flynn/noise"
-	"github.com/hashicorp/yamux"
 
 	"github.com/outpost-exec/outpost/identity"
 	"github.com/outpost-exec/outpost/protocol"
@@ -41,7 +46,7 @@ const Purpose = transport.PurposeRelay
 
 // Options configure Dial. The zero value is usable.
 type Options struct {
-	// Mux configures yamux with the relay (default
+	// Mux configures the multiplexer with the relay (default
 	// transport.DefaultMuxConfig()).
 	Mux transport.MuxConfig
 	// HandshakeTimeout bounds the Noise handshake with the relay (default
@@ -53,7 +58,7 @@ type Options struct {
 // open.
 type Conn struct {
 	url  transport.URL
-	sess *yamux.Session
+	sess *transport.MuxSession
 	ctl  net.Conn
 	mc   *transport.MsgpackConn
 	ids  atomic.Int64
@@ -250,7 +255,7 @@ func (c *Conn) AwaitNotification(ctx context.Context, method string) error {
 // the connection.
 func (c *Conn) Streams() net.Listener { return streams{c.sess} }
 
-type streams struct{ sess *yamux.Session }
+type streams struct{ sess *transport.MuxSession }
 
 func (s streams) Accept() (net.Conn, error) {
 	st, err := s.sess.AcceptStream()
@@ -265,3 +270,168 @@ func (s streams) Accept() (net.Conn, error) {
 
 func (s streams) Close() error   { return s.sess.Close() }
 func (s streams) Addr() net.Addr { return s.sess.Addr() }
+
+// ErrNoHandshakeRequests: the relay answered a request in the handshake
+// with an empty payload — it predates them (PROTOCOL.md section 9.3) and
+// took the connection for a mux one. Use Dial, and Connect or the join
+// session's streams, instead.
+var ErrNoHandshakeRequests = errors.New("the relay does not take requests in its handshake (an older relay)")
+
+// handshakeCall dials the relay with a request in the payload of Noise
+// IK message 1 and decodes the answer in message 2's payload into result.
+// It returns the channel, still in Noise, for the caller to finish with.
+func handshakeCall(ctx context.Context, url string, key noise.DHKey, opts Options, method string, params, result any) (*transport.NoiseConn, error) {
+	u, err := transport.ParseURL(url, transport.SchemeRelay, transport.SchemeRelayWS)
+	if err != nil {
+		return nil, err
+	}
+	payload, err := transport.PayloadRequest(transport.IntID(1), method, params)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", method, err)
+	}
+	raw, err := u.Dial(ctx)
+	if err != nil {
+		return nil, err
+	}
+	nc, err := transport.NoiseInitiator(ctx, raw, transport.NoiseConfig{Static: key, Purpose: Purpose, PeerStatic: u.Key[:], Payload: payload, HandshakeTimeout: opts.HandshakeTimeout})
+	if err != nil {
+		raw.Close()
+		if errors.Is(err, transport.ErrHandshakeRefused) {
+			if presented, perr := probeKey(ctx, u, opts); perr == nil && presented != u.Key {
+				return nil, &KeyMismatchError{Addr: u.Addr, Named: u.Key, Presented: presented}
+			}
+		}
+		return nil, fmt.Errorf("relay %s: %w", u.Addr, err)
+	}
+	reply := nc.HandshakeReply()
+	if len(reply) == 0 {
+		nc.Close()
+		return nil, fmt.Errorf("relay %s: %w", u.Addr, ErrNoHandshakeRequests)
+	}
+	m, err := transport.ParsePayload(reply)
+	switch {
+	case err != nil:
+		err = fmt.Errorf("%s: the relay's answer: %w", method, err)
+	case m.Kind != transport.KindResponse:
+		err = fmt.Errorf("%s: the relay sent another message (kind %d) instead of a reply", method, m.Kind)
+	case m.Error != nil:
+		err = m.Error
+	case m.Result == nil:
+		err = fmt.Errorf("%s: the reply has no result", method)
+	case result != nil:
+		if derr := m.Result.Decode(result); derr != nil {
+			err = fmt.Errorf("%s: %w", method, derr)
+		}
+	}
+	if err != nil {
+		nc.Close()
+		return nil, err
+	}
+	return nc, nil
+}
+
+// ConnectEarly reaches executorID through the relay in one handshake
+// (PROTOCOL.md section 9.3): relay/connect travels in the payload of Noise
+// IK message 1 with early — the client's own handshake with the executor,
+// transport.NoiseIKOffer.Bytes, made with the executor's key the client
+// already knows — and the relay's answer in message 2. A client that does
+// not know the key yet passes a nil early and a first function instead:
+// it is called with the key from the relay's directory and returns the
+// handshake's start, sent in the first record of the channel with the
+// relay. The returned connection then carries the executor's bytes as they
+// come, starting with its answer to the handshake
+// (transport.NoiseIKOffer.Finish reads it), without the relay's Noise or
+// mux: closing it ends everything. Also returned is the executor's key
+// from the relay's directory.
+//
+// A refusal is the relay's *protocol.Error itself; a relay that predates
+// this answers ErrNoHandshakeRequests (use Dial and Connect).
+func ConnectEarly(ctx context.Context, url string, key noise.DHKey, opts Options, executorID, token string, early []byte, first func(executorKey identity.PublicKey) ([]byte, error)) (net.Conn, identity.PublicKey, error) {
+	if len(early) == 0 && first == nil {
+		return nil, identity.PublicKey{}, errors.New("relayclient: ConnectEarly needs early or first")
+	}
+	var res protocol.RelayConnectResult
+	nc, err := handshakeCall(ctx, url, key, opts, protocol.MethodRelayConnect, protocol.RelayConnectParams{ExecutorID: executorID, Token: token, Early: early}, &res)
+	if err != nil {
+		return nil, identity.PublicKey{}, err
+	}
+	fail := func(err error) (net.Conn, identity.PublicKey, error) {
+		nc.Close()
+		return nil, identity.PublicKey{}, err
+	}
+	k, err := identity.ParsePublicKey(res.ExecutorKey)
+	if err != nil {
+		return fail(fmt.Errorf("%s: executor key: %w", protocol.MethodRelayConnect, err))
+	}
+	if len(early) == 0 {
+		hello, err := first(k)
+		if err != nil {
+			return fail(err)
+		}
+		nc.SetWriteDeadline(time.Now().Add(cmpOr(opts.HandshakeTimeout, transport.DefaultHandshakeTimeout)))
+		_, err = nc.Write(hello)
+		nc.SetWriteDeadline(time.Time{})
+		if err != nil {
+			return fail(fmt.Errorf("%s: %w", protocol.MethodRelayConnect, err))
+		}
+	}
+	raw, err := nc.Detach()
+	if err != nil {
+		return fail(err)
+	}
+	return raw, k, nil
+}
+
+// DialData opens a data connection for the joined executor executorID
+// (relay/data, PROTOCOL.md section 9.6) with the executor's key, and
+// confirms it. The returned connection is raw and idle: AwaitClient waits
+// on it for the relay to bring a client.
+func DialData(ctx context.Context, url string, key noise.DHKey, opts Options, executorID string) (net.Conn, error) {
+	nc, err := handshakeCall(ctx, url, key, opts, protocol.MethodRelayData, protocol.RelayDataParams{ExecutorID: executorID}, nil)
+	if err != nil {
+		return nil, err
+	}
+	nc.SetWriteDeadline(time.Now().Add(cmpOr(opts.HandshakeTimeout, transport.DefaultHandshakeTimeout)))
+	_, err = nc.Write([]byte(protocol.RelayDataReady))
+	nc.SetWriteDeadline(time.Time{})
+	if err != nil {
+		nc.Close()
+		return nil, fmt.Errorf("%s: %w", protocol.MethodRelayData, err)
+	}
+	raw, err := nc.Detach()
+	if err != nil {
+		nc.Close()
+		return nil, err
+	}
+	return raw, nil
+}
+
+func cmpOr(d, def time.Duration) time.Duration {
+	if d > 0 {
+		return d
+	}
+	return def
+}
+
+// ErrBadDataHeader: the relay sent something else than a client header on
+// a data connection.
+var ErrBadDataHeader = errors.New("relay/data: the relay sent an unknown header")
+
+// AwaitClient waits on an idle data connection until the relay brings a
+// client (nil: the client's bytes follow on c) or the connection ends
+// (its error). Read nothing else from c meanwhile.
+func AwaitClient(c net.Conn) error {
+	var b [1]byte
+	for {
+		n, err := c.Read(b[:])
+		if n == 1 {
+			if b[0] != protocol.RelayDataClient {
+				return ErrBadDataHeader
+			}
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+	}
+}

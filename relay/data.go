@@ -1,0 +1,404 @@
+package relay
+
+// Requests in the handshake, and data connections (PROTOCOL.md sections
+// 9.3 and 9.6).
+//
+// A peer may put one request in the payload of its Noise IK message 1
+// instead of opening the multiplexer afterwards; the relay answers it in message 2's
+// payload, and the connection then carries raw bytes — no multiplexer, no relay
+// Noise records:
+//
+//	relay/data    {executorId}                → {}            executor: a data connection
+//	relay/connect {executorId, token, early}  → {executorKey} client: spliced at once
+//
+// A data connection is an executor's offer of a connection for its next
+// client. After message 2 the executor sends one Noise record, dataReady,
+// proving it holds the session keys (message 1 alone could be a replay of
+// an old one: only the holder of the executor's key and of the ephemeral
+// key behind this message 1 can encrypt that record); then the relay
+// registers the connection, raw from then on, among the idle ones of the
+// joined session of that id, whose key must be the one the connection
+// authenticated with. For a client, the relay takes the newest idle
+// one, writes dataClientHeader, and splices; the executor serves what
+// follows as a native connection. A spliced pair of TCP sockets is copied
+// with splice(2): the relay neither decrypts nor re-encrypts a byte.
+//
+// A client's relay/connect in message 1 must carry early: the preamble and
+// IK message 1 of its own handshake with the executor, which the relay
+// writes to the executor's side before answering. Message 1 can be
+// replayed by anyone who recorded it, but whoever replays it gets a
+// connection on which the executor has already received that client's
+// handshake: the executor's answer is readable only with the ephemeral
+// key the client made, and every record the replayer then sends fails
+// the executor's Noise. A client that does not know the executor's key
+// yet (first contact) sends relay/connect without early, takes the key from
+// the answer, and sends its handshake with the executor in its first Noise
+// record on the channel with the relay (readInnerHello), which a replayer
+// could not encrypt; then the connection goes raw.
+//
+// Bounds: Config.MaxDataConns idle data connections per joined executor,
+// each one goroutine (its connection's own); spliced ones count against
+// Config.MaxStreamsPerExecutor like streams; early is within the 4 KiB
+// handshake payload; every connection counts against
+// Config.MaxConnections.
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"net"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/outpost-exec/outpost/protocol"
+	"github.com/outpost-exec/outpost/transport"
+)
+
+// dataReady is the plaintext of the record an executor sends on a data
+// connection after the handshake; dataClientHeader is the byte the relay
+// sends on it, raw, before a client's bytes.
+var dataReady = []byte(protocol.RelayDataReady)
+
+const dataClientHeader = protocol.RelayDataClient
+
+// handshakeRequest is a request read from a handshake's payload.
+type handshakeRequest struct {
+	reply    []byte // message 2's payload
+	answered bool   // message 2 carried reply (false: an XX handshake)
+
+	// relay/connect, admitted: its executor, slot and target.
+	join   *joined
+	target net.Conn  // a data connection's socket, or a stream on the session
+	dc     *dataConn // when target is a data connection
+	client string
+	remote string
+	execID string
+	tokID  string
+	// needFirst: early was empty (the client learns the executor's key
+	// from the answer); the client's handshake with the executor comes
+	// in its first Noise record.
+	needFirst bool
+
+	// relay/data, admitted so far.
+	dataFor *joined
+	peer    [32]byte
+}
+
+// handshakeRequest answers the request in a handshake's message 1. It
+// runs inside the handshake, before message 2.
+func (s *Server) handshakeRequest(peer [32]byte, remote string, payload []byte) *handshakeRequest {
+	hr := &handshakeRequest{peer: peer, remote: remote, client: fingerprint(peer)}
+	fail := func(id transport.ID, e *protocol.Error) *handshakeRequest {
+		hr.reply, _ = transport.PayloadError(id, e)
+		return hr
+	}
+	m, err := transport.ParsePayload(payload)
+	var malformed *transport.MalformedError
+	switch {
+	case errors.As(err, &malformed), err != nil:
+		return fail(transport.MalformedID, protocol.KindErrorf(malformedKind(err), protocol.CodeInvalidRequest, "relay: %v", err))
+	case m.Kind != transport.KindRequest:
+		return fail(transport.MalformedID, protocol.KindErrorf(protocol.KindInvalid, protocol.CodeInvalidRequest, "relay: the handshake's payload must be a request"))
+	}
+	switch m.Method {
+	case protocol.MethodRelayConnect:
+		p, perr := parseConnect(m)
+		if perr != nil {
+			s.log.Info("client connect refused", zap.String("client", hr.client), zap.String("remote", remote), zap.String("outcome", "refused"), zap.String("kind", string(protocol.KindOf(perr))), zap.String("reason", perr.Message))
+			return fail(m.ID, perr)
+		}
+		hr.execID = p.ExecutorID
+		tok, j, perr := s.admitConnect(p)
+		if perr != nil {
+			s.log.Info("client connect refused", zap.String("client", hr.client), zap.String("remote", remote), zap.String("executor", p.ExecutorID),
+				zap.String("outcome", "refused"), zap.String("kind", string(protocol.KindOf(perr))), zap.String("reason", perr.Message))
+			return fail(m.ID, perr)
+		}
+		target, dc, err := s.openTarget(j)
+		if err == nil && len(p.Early) > 0 {
+			// The client's handshake with the executor goes ahead now;
+			// whatever the executor answers waits in the target's buffers
+			// until the splice starts, after message 2.
+			target.SetWriteDeadline(time.Now().Add(s.cfg.HandshakeTimeout))
+			_, err = target.Write(p.Early)
+			target.SetWriteDeadline(time.Time{})
+			if err != nil {
+				s.closeTarget(j, target, dc)
+			}
+		}
+		if err != nil {
+			s.releaseSlot(j)
+			return fail(m.ID, protocol.KindErrorf(protocol.KindUnavailable, protocol.CodeNotFound, "relay/connect: executor %s is offline", p.ExecutorID))
+		}
+		hr.join, hr.target, hr.dc, hr.tokID, hr.needFirst = j, target, dc, tok.ID, len(p.Early) == 0
+		hr.reply, _ = transport.PayloadResult(m.ID, protocol.RelayConnectResult{ExecutorKey: fingerprint(j.key)})
+		return hr
+	case protocol.MethodRelayData:
+		var p protocol.RelayDataParams
+		if m.Params == nil || m.Params.Decode(&p) != nil || protocol.CheckExecutorID(p.ExecutorID) != nil {
+			return fail(m.ID, protocol.KindErrorf(protocol.KindInvalid, protocol.CodeInvalidParams, "relay/data: a valid executorId is required"))
+		}
+		j, perr := s.dataAllowed(p.ExecutorID, peer)
+		if perr != nil {
+			return fail(m.ID, perr)
+		}
+		hr.dataFor = j
+		hr.reply, _ = transport.PayloadResult(m.ID, protocol.Empty{})
+		return hr
+	}
+	return fail(m.ID, protocol.KindErrorf(protocol.KindUnsupported, protocol.CodeMethodNotFound, "relay: method %q cannot travel in the handshake", m.Method))
+}
+
+// dataAllowed says whether peer may offer a data connection for id: the
+// id must be joined, by peer's key, and have room for another idle one.
+func (s *Server) dataAllowed(id string, peer [32]byte) (*joined, *protocol.Error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	j := s.executors[id]
+	switch {
+	case s.draining:
+		return nil, protocol.KindErrorf(protocol.KindUnavailable, protocol.CodeInvalidRequest, "relay/data: %v", ErrShuttingDown)
+	case j == nil || j.gone:
+		return nil, protocol.KindErrorf(protocol.KindUnavailable, protocol.CodeNotFound, "relay/data: executor %s is not joined (join first)", id)
+	case j.key != peer:
+		return nil, protocol.KindErrorf(protocol.KindRefused, protocol.CodeInvalidRequest, "relay/data: %v", ErrExecutorKeyMismatch)
+	case len(j.idle) >= s.cfg.MaxDataConns:
+		return nil, protocol.KindErrorf(protocol.KindExhausted, protocol.CodeInvalidRequest, "relay/data: executor %s has %d idle data connections, the most this relay allows", id, s.cfg.MaxDataConns)
+	}
+	return j, nil
+}
+
+// abandon undoes what a request admitted when its handshake failed.
+func (hr *handshakeRequest) abandon(s *Server) {
+	if hr.join != nil {
+		s.closeTarget(hr.join, hr.target, hr.dc)
+		s.releaseSlot(hr.join)
+		hr.join = nil
+	}
+}
+
+// serveHandshakeRequest carries on after a handshake whose message 1
+// held a request: the client's splice, the executor's data connection,
+// or (after a refusal) nothing.
+func (s *Server) serveHandshakeRequest(ctx context.Context, nc *transport.NoiseConn, hr *handshakeRequest) {
+	if !hr.answered {
+		// XX: the request came in message 3 and no answer could be sent.
+		hr.abandon(s)
+		return
+	}
+	switch {
+	case hr.join != nil:
+		s.spliceEarly(nc, hr)
+	case hr.dataFor != nil:
+		s.serveData(ctx, nc, hr)
+	default:
+		// Refused in message 2: let the peer read it and hang up first.
+		nc.SetReadDeadline(time.Now().Add(replyLinger))
+		io.Copy(io.Discard, io.LimitReader(nc, 1<<16))
+	}
+}
+
+// spliceEarly splices a client whose relay/connect came in its handshake.
+func (s *Server) spliceEarly(nc *transport.NoiseConn, hr *handshakeRequest) {
+	j := hr.join
+	defer s.releaseSlot(j)
+	defer s.closeTarget(j, hr.target, hr.dc)
+	if hr.needFirst {
+		first, err := readInnerHello(nc, s.cfg.HandshakeTimeout)
+		if err != nil {
+			s.log.Debug("client sent no handshake for the executor", zap.String("client", hr.client), zap.String("remote", hr.remote), zap.Error(err))
+			return
+		}
+		if _, err := hr.target.Write(first); err != nil {
+			return
+		}
+	}
+	raw, err := nc.Detach()
+	if err != nil {
+		return
+	}
+	if ahead := raw.TakePrefix(); len(ahead) > 0 {
+		if _, err := hr.target.Write(ahead); err != nil {
+			return
+		}
+	}
+	s.log.Info("client connected", zap.String("client", hr.client), zap.String("remote", hr.remote), zap.String("executor", hr.execID),
+		zap.String("outcome", "spliced"), zap.String("token_id", hr.tokID), zap.Bool("data_conn", hr.dc != nil), zap.Bool("early", true))
+	start := time.Now()
+	n := splice(raw.Conn, hr.target)
+	s.splicedBytes.Add(n)
+	s.log.Info("client disconnected", zap.String("client", hr.client), zap.String("executor", hr.execID), zap.Uint64("bytes", n), zap.Duration("duration", time.Since(start)))
+}
+
+// errNotInnerHello: a client's first record is not the preamble and
+// message 1 of an IK handshake.
+var errNotInnerHello = errors.New("the first record is not an IK handshake's start")
+
+// readInnerHello reads the client's first Noise record, which holds the
+// preamble and IK message 1 of its handshake with the executor (and
+// nothing else: the client sends no more until the executor answers).
+// Coming in a record of the channel with the relay, it proves the sender
+// holds that channel's keys: a replayed message 1 cannot supply it.
+func readInnerHello(nc *transport.NoiseConn, timeout time.Duration) ([]byte, error) {
+	nc.SetReadDeadline(time.Now().Add(timeout))
+	defer nc.SetReadDeadline(time.Time{})
+	b := make([]byte, 6, 64)
+	if _, err := io.ReadFull(nc, b); err != nil {
+		return nil, err
+	}
+	if b[0] != 'O' || b[1] != 'P' || b[3] != 1 {
+		return nil, errNotInnerHello
+	}
+	n := int(b[4])<<8 | int(b[5])
+	b = append(b, make([]byte, n)...)
+	if _, err := io.ReadFull(nc, b[6:]); err != nil {
+		return nil, err
+	}
+	return b, nil
+}
+
+// dataConn is an executor's data connection, registered with its joined
+// session.
+type dataConn struct {
+	conn net.Conn // raw
+	// Set under Server.mu by the claimer; the connection's goroutine then
+	// says on released whether it is still usable (its idle read ended by
+	// the claimer's deadline, nothing read) and waits for done.
+	claimed  bool
+	released chan bool
+	done     chan struct{}
+}
+
+// serveData registers a data connection once the executor has confirmed
+// it, and holds it until a client is spliced to it and done, or it ends.
+func (s *Server) serveData(ctx context.Context, nc *transport.NoiseConn, hr *handshakeRequest) {
+	nc.SetReadDeadline(time.Now().Add(s.cfg.HandshakeTimeout))
+	got := make([]byte, len(dataReady))
+	_, err := io.ReadFull(nc, got)
+	nc.SetReadDeadline(time.Time{})
+	if err != nil || !bytes.Equal(got, dataReady) {
+		s.log.Debug("data connection not confirmed", zap.String("executor", hr.dataFor.id), zap.String("remote", hr.remote), zap.Error(err))
+		return
+	}
+	raw, err := nc.Detach()
+	if err != nil || len(raw.TakePrefix()) > 0 {
+		return // the executor sends nothing more before a client's bytes
+	}
+	dc := &dataConn{conn: raw.Conn, released: make(chan bool, 1), done: make(chan struct{})}
+	j := hr.dataFor
+	s.mu.Lock()
+	if _, perr := s.dataAllowedLocked(j, hr.peer); perr != nil {
+		s.mu.Unlock()
+		return
+	}
+	j.idle = append(j.idle, dc)
+	if j.data == nil {
+		j.data = map[*dataConn]struct{}{}
+	}
+	j.data[dc] = struct{}{}
+	s.mu.Unlock()
+	// Idle: the executor sends nothing until a client comes, so a read
+	// ends only when it hangs up (or breaks the rule), or when a claimer
+	// interrupts it with a deadline.
+	var one [1]byte
+	n, err := dc.conn.Read(one[:])
+	s.mu.Lock()
+	claimed := dc.claimed
+	if !claimed {
+		removeIdle(j, dc)
+		delete(j.data, dc)
+	}
+	s.mu.Unlock()
+	if !claimed {
+		return
+	}
+	var ne net.Error
+	dc.released <- n == 0 && errors.As(err, &ne) && ne.Timeout()
+	select {
+	case <-dc.done:
+	case <-ctx.Done():
+	}
+}
+
+// dataAllowedLocked re-checks, at registration, that j still holds the
+// id with peer's key and has room. Call with s.mu held.
+func (s *Server) dataAllowedLocked(j *joined, peer [32]byte) (*joined, *protocol.Error) {
+	if s.draining || j.gone || s.executors[j.id] != j || j.key != peer || len(j.idle) >= s.cfg.MaxDataConns {
+		return nil, protocol.KindErrorf(protocol.KindUnavailable, protocol.CodeInvalidRequest, "relay/data: no longer allowed")
+	}
+	return j, nil
+}
+
+func removeIdle(j *joined, dc *dataConn) {
+	for i, c := range j.idle {
+		if c == dc {
+			j.idle = append(j.idle[:i], j.idle[i+1:]...)
+			return
+		}
+	}
+}
+
+// claimData takes j's newest idle data connection that is still usable
+// and writes the client header on it; nil when there is none. It tries
+// at most the connections idle when it starts.
+func (s *Server) claimData(j *joined) *dataConn {
+	for {
+		s.mu.Lock()
+		if len(j.idle) == 0 {
+			s.mu.Unlock()
+			return nil
+		}
+		dc := j.idle[len(j.idle)-1]
+		j.idle = j.idle[:len(j.idle)-1]
+		dc.claimed = true
+		s.mu.Unlock()
+		dc.conn.SetReadDeadline(time.Unix(1, 0))
+		ok := <-dc.released // promptly: the deadline has passed
+		if ok {
+			dc.conn.SetReadDeadline(time.Time{})
+			dc.conn.SetWriteDeadline(time.Now().Add(s.cfg.HandshakeTimeout))
+			_, err := dc.conn.Write([]byte{dataClientHeader})
+			dc.conn.SetWriteDeadline(time.Time{})
+			if err == nil {
+				s.dataSplices.Add(1)
+				return dc
+			}
+		}
+		s.dropData(j, dc)
+	}
+}
+
+// dropData closes a claimed data connection and lets its goroutine end.
+func (s *Server) dropData(j *joined, dc *dataConn) {
+	dc.conn.SetDeadline(time.Unix(1, 0))
+	dc.conn.Close()
+	s.mu.Lock()
+	delete(j.data, dc)
+	s.mu.Unlock()
+	close(dc.done)
+}
+
+// openTarget is where a client of j is spliced: a data connection if j
+// has one idle, else a new stream on j's session (an executor that offers
+// none, or has none left).
+func (s *Server) openTarget(j *joined) (net.Conn, *dataConn, error) {
+	if dc := s.claimData(j); dc != nil {
+		return dc.conn, dc, nil
+	}
+	st, err := j.sess.OpenStream()
+	if err != nil {
+		return nil, nil, err
+	}
+	return st, nil, nil
+}
+
+// closeTarget closes what openTarget returned.
+func (s *Server) closeTarget(j *joined, target net.Conn, dc *dataConn) {
+	if dc != nil {
+		s.dropData(j, dc)
+		return
+	}
+	target.Close()
+}
