@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"errors"
 	"net"
 	"sync"
 	"time"
@@ -46,6 +47,14 @@ func (e *earlyConn) launch(useEarly bool, hs func(payload []byte) (*transport.No
 	if err != nil {
 		e.err = err
 		return err
+	}
+	if payload != nil && transport.EarlyDataWasReplayed(nc.HandshakeReply()) {
+		// A copy of this message 1 reached the executor first and its
+		// requests (a process/start) may have run: re-sending them in
+		// band could run them twice.
+		e.err = ErrEarlyDataReplayed
+		nc.Close()
+		return e.err
 	}
 	if len(e.held) > 0 && (payload == nil || !transport.EarlyDataTaken(nc.HandshakeReply())) {
 		if _, err := nc.Write(e.held); err != nil {
@@ -124,6 +133,11 @@ func (e *earlyConn) RemoteAddr() net.Addr               { return e.raw.RemoteAdd
 func (e *earlyConn) SetDeadline(t time.Time) error      { return e.raw.SetDeadline(t) }
 func (e *earlyConn) SetReadDeadline(t time.Time) error  { return e.raw.SetReadDeadline(t) }
 func (e *earlyConn) SetWriteDeadline(t time.Time) error { return e.raw.SetWriteDeadline(t) }
+
+// ErrEarlyDataReplayed: the executor had already taken this connection's
+// early data from a copy of its first message (someone recorded and raced
+// it); the requests in it may have run, so they are not sent again.
+var ErrEarlyDataReplayed = errors.New("client: the executor received a copy of this connection's early data first (replayed on the network?); not re-sending the requests it carried")
 
 // launchFunc completes a connection's handshake (see conn.launch).
 type launchFunc func(ctx context.Context) error

@@ -68,6 +68,19 @@ func newEarlyGuard(now func() time.Time) *earlyGuard {
 // again in band). A payload that is not early data (none, or another
 // version) is refused.
 func (g *earlyGuard) admit(payload []byte) (early []byte, ok bool) {
+	early, replayed := g.judge(payload)
+	return early, early != nil && !replayed
+}
+
+// judge is admit that also says whether the payload's nonce was taken
+// before (replayed): then a copy of this message 1 may already have run
+// its requests on another connection, and the client must not re-send
+// them in band (transport.EarlyDataReplayed) — an attacker who races a
+// copy of a client's message 1 ahead of the original would otherwise get
+// the client's process/start run twice. The nonce is checked before the
+// window, so a copy taken in time and an original delayed out of the
+// window is still reported replayed.
+func (g *earlyGuard) judge(payload []byte) (early []byte, replayed bool) {
 	ts, nonce, early, ok := transport.ParseEarlyData(payload)
 	if g == nil || !ok {
 		return nil, false
@@ -75,12 +88,12 @@ func (g *earlyGuard) admit(payload []byte) (early []byte, ok bool) {
 	now := g.now().UnixMilli()
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	if _, dup := g.seen[nonce]; dup {
+		return nil, true // a replay, or a copy that came first
+	}
 	low := now - earlyPastWindow.Milliseconds()
 	if ts <= g.floor || ts < low || ts > now+earlyFutureSkew.Milliseconds() {
 		return nil, false
-	}
-	if _, dup := g.seen[nonce]; dup {
-		return nil, false // a replay
 	}
 	if len(g.seen) >= earlyMaxEntries {
 		g.prune(low)
@@ -90,9 +103,10 @@ func (g *earlyGuard) admit(payload []byte) (early []byte, ok bool) {
 		// everything before it must never be accepted. Raising the floor
 		// past any timestamp accepted so far makes the register's entries
 		// moot: drop them.
+		// The entries stay until they expire (prune): forgetting a
+		// nonce that was taken would let a delayed original of it be
+		// re-sent in band (see judge).
 		g.floor = now + earlyFutureSkew.Milliseconds()
-		clear(g.seen)
-		g.oldest = g.floor
 		return nil, false
 	}
 	if len(g.seen) == 0 || ts < g.oldest {
@@ -100,7 +114,7 @@ func (g *earlyGuard) admit(payload []byte) (early []byte, ok bool) {
 	}
 	g.seen[nonce] = ts
 	g.taken.Add(1)
-	return early, true
+	return early, false
 }
 
 // prune drops the entries whose timestamps are below low: out of the

@@ -343,9 +343,12 @@ func (r *responder) serve(ctx context.Context, c net.Conn) {
 	// IK message 1 may carry early data: taken as the stream's first
 	// bytes only if the strike register vouches it was never seen (early.go).
 	cfg.Reply = func() []byte {
-		var ok bool
-		if early, ok = r.srv.early.admit(payload); ok {
+		var replayed bool
+		if early, replayed = r.srv.early.judge(payload); early != nil {
 			return []byte{transport.EarlyDataAccepted}
+		}
+		if replayed {
+			return []byte{transport.EarlyDataReplayed}
 		}
 		return nil
 	}

@@ -26,6 +26,12 @@ import (
 const (
 	EarlyDataVersion  byte = 0x01
 	EarlyDataAccepted byte = 0x01
+	// EarlyDataReplayed (message 2's one byte 0x02): the responder has
+	// taken early data with this message 1's nonce before, on another
+	// connection — a copy raced ahead of the original. The initiator must
+	// not re-send the early bytes in band (their requests may have run);
+	// it fails the connection instead.
+	EarlyDataReplayed byte = 0x02
 	earlyDataHeader        = 1 + 8 + 16
 	// MaxEarlyData is the most early bytes one message 1 can carry.
 	MaxEarlyData = MaxHandshakePayload - earlyDataHeader
@@ -53,3 +59,7 @@ func ParseEarlyData(payload []byte) (unixMilli int64, nonce [16]byte, early []by
 
 // EarlyDataTaken reports whether message 2's payload accepts early data.
 func EarlyDataTaken(reply []byte) bool { return len(reply) == 1 && reply[0] == EarlyDataAccepted }
+
+// EarlyDataWasReplayed reports whether message 2's payload says the early
+// data of this message 1 was taken before, on another connection.
+func EarlyDataWasReplayed(reply []byte) bool { return len(reply) == 1 && reply[0] == EarlyDataReplayed }
