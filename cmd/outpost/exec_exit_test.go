@@ -1,14 +1,9 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"fmt"
-	"os"
 	"os/exec"
-	"path/filepath"
-	"strings"
-	"syscall"
 	"testing"
 	"time"
 )
@@ -17,32 +12,10 @@ import (
 // the end of its stream, and loses no output: stdout and stderr arrive
 // byte for byte, the exit status too.
 func TestExecThroughTheRelayExitsWithAllItsOutput(t *testing.T) {
-	dir := t.TempDir()
-	relayCmd := exec.Command(outpostBin, "relay", "serve", "--listen", "tcp://127.0.0.1:0", "--state-dir", filepath.Join(dir, "relay"))
-	stdout, _ := relayCmd.StdoutPipe()
-	if err := relayCmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() { relayCmd.Process.Signal(syscall.SIGTERM); relayCmd.Wait() }()
-	line, err := bufio.NewReader(stdout).ReadString('\n')
-	if err != nil || !strings.HasPrefix(line, "outpost://127.0.0.1:") {
-		t.Fatalf("relay printed %q (%v)", line, err)
-	}
-	relayURL := strings.TrimSpace(line)
-	token := func(args ...string) string {
-		out, err := exec.Command(outpostBin, append([]string{"token", "create", "--state-dir", filepath.Join(dir, "relay")}, args...)...).Output()
-		if err != nil {
-			t.Fatal(err)
-		}
-		return strings.TrimSpace(string(out))
-	}
-	joinTok, clientTok := token("--join", "--uses", "1"), token("--client", "--executors", "e-*")
-	join := exec.Command(outpostBin, "executor", "join", "--relay", relayURL, "--token", joinTok, "--id", "e-1", "--state-dir", filepath.Join(dir, "exec"))
-	if err := join.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() { join.Process.Signal(syscall.SIGTERM); join.Wait() }()
-	env := append(os.Environ(), "XDG_CONFIG_HOME="+filepath.Join(dir, "cfg"))
+	rs := startRelayStack(t)
+	clientTok := rs.token("--client", "--executors", "e-*")
+	rs.join("e-1")
+	relayURL, env := rs.URL, rs.Env
 
 	var want, wantErr bytes.Buffer
 	for i := 1; i <= 200000; i++ {

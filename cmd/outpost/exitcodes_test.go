@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -47,31 +46,12 @@ func TestMistakesFoundBeforeConnectingAreUsageErrors(t *testing.T) {
 // the relay never had, one that is offline, a relay that is not the one
 // named, one that cannot be reached.
 func TestExitCodesThroughARelayTellFailuresApart(t *testing.T) {
-	dir := t.TempDir()
-	state := filepath.Join(dir, "relay")
-	relayCmd := exec.Command(outpostBin, "relay", "serve", "--listen", "tcp://127.0.0.1:0", "--state-dir", state)
-	stdout, _ := relayCmd.StdoutPipe()
-	if err := relayCmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() { relayCmd.Process.Signal(syscall.SIGTERM); relayCmd.Wait() }()
-	line, err := bufio.NewReader(stdout).ReadString('\n')
-	if err != nil {
-		t.Fatalf("relay printed %q (%v)", line, err)
-	}
-	relayURL := strings.TrimSpace(line)
-	token := func(args ...string) string {
-		out, err := exec.Command(outpostBin, append([]string{"token", "create", "--state-dir", state}, args...)...).Output()
-		if err != nil {
-			t.Fatal(err)
-		}
-		return strings.TrimSpace(string(out))
-	}
+	rs := startRelayStack(t)
+	relayURL, token := rs.URL, rs.token
 	clientTok, narrowTok := token("--client", "--executors", "e-*"), token("--client", "--executors", "db-*")
-	env := append(os.Environ(), "XDG_CONFIG_HOME="+filepath.Join(dir, "cfg"))
 	run := func(args ...string) (string, int) {
 		cmd := exec.Command(outpostBin, append([]string{"exec"}, args...)...)
-		cmd.Env = env
+		cmd.Env = rs.Env
 		var errb strings.Builder
 		cmd.Stderr = &errb
 		err := cmd.Run()
@@ -83,10 +63,7 @@ func TestExitCodesThroughARelayTellFailuresApart(t *testing.T) {
 		return errb.String(), 0
 	}
 	startJoined := func(id string) *exec.Cmd {
-		join := exec.Command(outpostBin, "executor", "join", "--relay", relayURL, "--token", token("--join", "--uses", "1"), "--id", id, "--state-dir", filepath.Join(dir, id))
-		if err := join.Start(); err != nil {
-			t.Fatal(err)
-		}
+		join := rs.join(id)
 		deadline := time.Now().Add(20 * time.Second)
 		for {
 			if _, code := run("--relay", relayURL, "--executor", id, "--token", clientTok, "--", "true"); code == 0 {
@@ -98,8 +75,7 @@ func TestExitCodesThroughARelayTellFailuresApart(t *testing.T) {
 			time.Sleep(50 * time.Millisecond) // still joining
 		}
 	}
-	up := startJoined("e-1")
-	defer func() { up.Process.Signal(syscall.SIGTERM); up.Wait() }()
+	startJoined("e-1")
 	gone := startJoined("e-2")
 	gone.Process.Signal(syscall.SIGTERM)
 	gone.Wait()
