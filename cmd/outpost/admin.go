@@ -51,6 +51,9 @@ func startRelayAdmin(addr string, srv *relay.Server, stderr io.Writer) (stopping
 	reg.MustRegister(
 		gauge("outpost_relay_executors", "Executors joined now.", func(s relay.Stats) float64 { return float64(s.Executors) }),
 		gauge("outpost_relay_spliced_streams", "Client streams spliced to executors now.", func(s relay.Stats) float64 { return float64(s.SplicedStreams) }),
+		gauge("outpost_relay_idle_data_connections", "Executors' pre-dialled data connections waiting for a client now.", func(s relay.Stats) float64 { return float64(s.IdleDataConns) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "outpost_relay_data_splices_total", Help: "Clients spliced to an executor's data connection (raw ciphertext, splice(2)), not to a mux stream."},
+			func() float64 { return float64(srv.Stats().DataSplices) }),
 		gauge("outpost_relay_blocked_addresses", "Source addresses refused for failing too many handshakes.", func(s relay.Stats) float64 { return float64(s.BlockedAddresses) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "outpost_relay_failed_handshakes_total", Help: "Noise handshakes that failed (wrong key, junk, timeout)."},
 			func() float64 { return float64(srv.Stats().FailedHandshakes) }),
