@@ -97,6 +97,7 @@ package bridge
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/rand"
 	"crypto/subtle"
@@ -213,24 +214,16 @@ func (c Config) withDefaults() Config {
 	if c.Logger == nil {
 		c.Logger = d.Logger
 	}
-	orDefault(&c.MaxConnections, d.MaxConnections)
-	orDefault(&c.MaxSessions, d.MaxSessions)
-	orDefault(&c.MaxProcessesPerSession, d.MaxProcessesPerSession)
-	orDefault(&c.DetachedTTL, d.DetachedTTL)
-	orDefault(&c.EventQueue, d.EventQueue)
-	orDefault(&c.MaxConcurrentCalls, d.MaxConcurrentCalls)
-	orDefault(&c.PingInterval, d.PingInterval)
-	orDefault(&c.DialTimeout, d.DialTimeout)
-	orDefault(&c.MaxMessageBytes, d.MaxMessageBytes)
+	c.MaxConnections = cmp.Or(c.MaxConnections, d.MaxConnections)
+	c.MaxSessions = cmp.Or(c.MaxSessions, d.MaxSessions)
+	c.MaxProcessesPerSession = cmp.Or(c.MaxProcessesPerSession, d.MaxProcessesPerSession)
+	c.DetachedTTL = cmp.Or(c.DetachedTTL, d.DetachedTTL)
+	c.EventQueue = cmp.Or(c.EventQueue, d.EventQueue)
+	c.MaxConcurrentCalls = cmp.Or(c.MaxConcurrentCalls, d.MaxConcurrentCalls)
+	c.PingInterval = cmp.Or(c.PingInterval, d.PingInterval)
+	c.DialTimeout = cmp.Or(c.DialTimeout, d.DialTimeout)
+	c.MaxMessageBytes = cmp.Or(c.MaxMessageBytes, d.MaxMessageBytes)
 	return c
-}
-
-// orDefault sets *v to d when *v is the zero value.
-func orDefault[T comparable](v *T, d T) {
-	var zero T
-	if *v == zero {
-		*v = d
-	}
 }
 
 // Validate reports the first invalid field. It takes the configuration

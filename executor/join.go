@@ -1,6 +1,7 @@
 package executor
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -91,11 +92,11 @@ func (c JoinConfig) withDefaults() JoinConfig {
 	if c.Mux == (transport.MuxConfig{}) {
 		c.Mux = d.Mux
 	}
-	orDefault(&c.MaxHandshakes, d.MaxHandshakes)
-	orDefault(&c.MaxHandshakesPerAddress, d.MaxHandshakesPerAddress)
-	orDefault(&c.HandshakeTimeout, d.HandshakeTimeout)
-	orDefault(&c.FirstByteTimeout, d.FirstByteTimeout)
-	orDefault(&c.DataConns, d.DataConns)
+	c.MaxHandshakes = cmp.Or(c.MaxHandshakes, d.MaxHandshakes)
+	c.MaxHandshakesPerAddress = cmp.Or(c.MaxHandshakesPerAddress, d.MaxHandshakesPerAddress)
+	c.HandshakeTimeout = cmp.Or(c.HandshakeTimeout, d.HandshakeTimeout)
+	c.FirstByteTimeout = cmp.Or(c.FirstByteTimeout, d.FirstByteTimeout)
+	c.DataConns = cmp.Or(c.DataConns, d.DataConns)
 	return c
 }
 

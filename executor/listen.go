@@ -1,6 +1,7 @@
 package executor
 
 import (
+	"cmp"
 	"context"
 	"crypto/subtle"
 	"errors"
@@ -88,8 +89,8 @@ func DefaultWSConfig() WSConfig {
 // DefaultWSConfig.
 func (c WSConfig) withDefaults() WSConfig {
 	d := DefaultWSConfig()
-	orDefault(&c.PingInterval, d.PingInterval)
-	orDefault(&c.MaxMessageBytes, d.MaxMessageBytes)
+	c.PingInterval = cmp.Or(c.PingInterval, d.PingInterval)
+	c.MaxMessageBytes = cmp.Or(c.MaxMessageBytes, d.MaxMessageBytes)
 	return c
 }
 

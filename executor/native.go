@@ -24,6 +24,7 @@ package executor
 // process.
 
 import (
+	"cmp"
 	"container/list"
 	"context"
 	"errors"
@@ -130,13 +131,13 @@ func (c NativeConfig) withDefaults() NativeConfig {
 	if c.Mux == (transport.MuxConfig{}) {
 		c.Mux = d.Mux
 	}
-	orDefault(&c.MaxConnections, d.MaxConnections)
-	orDefault(&c.MaxHandshakes, max(1, min(d.MaxHandshakes, c.MaxConnections/2)))
-	orDefault(&c.MaxHandshakesPerAddress, d.MaxHandshakesPerAddress)
-	orDefault(&c.HandshakeTimeout, d.HandshakeTimeout)
-	orDefault(&c.FirstByteTimeout, d.FirstByteTimeout)
-	orDefault(&c.MaxFailedHandshakes, d.MaxFailedHandshakes)
-	orDefault(&c.FailureWindow, d.FailureWindow)
+	c.MaxConnections = cmp.Or(c.MaxConnections, d.MaxConnections)
+	c.MaxHandshakes = cmp.Or(c.MaxHandshakes, max(1, min(d.MaxHandshakes, c.MaxConnections/2)))
+	c.MaxHandshakesPerAddress = cmp.Or(c.MaxHandshakesPerAddress, d.MaxHandshakesPerAddress)
+	c.HandshakeTimeout = cmp.Or(c.HandshakeTimeout, d.HandshakeTimeout)
+	c.FirstByteTimeout = cmp.Or(c.FirstByteTimeout, d.FirstByteTimeout)
+	c.MaxFailedHandshakes = cmp.Or(c.MaxFailedHandshakes, d.MaxFailedHandshakes)
+	c.FailureWindow = cmp.Or(c.FailureWindow, d.FailureWindow)
 	if c.MaxHandshakes > 0 {
 		c.MaxHandshakesPerAddress = min(c.MaxHandshakesPerAddress, c.MaxHandshakes)
 	}
@@ -182,14 +183,6 @@ func (c NativeConfig) Validate() error {
 
 // validKey reports whether k is an X25519 key pair.
 func validKey(k noise.DHKey) bool { return len(k.Private) == 32 && len(k.Public) == 32 }
-
-// orDefault sets *v to d when *v is the zero value.
-func orDefault[T comparable](v *T, d T) {
-	var zero T
-	if *v == zero {
-		*v = d
-	}
-}
 
 // NativeListener serves the native transport on a listener.
 type NativeListener struct {

@@ -60,6 +60,7 @@
 package relay
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -179,25 +180,17 @@ func (c Config) withDefaults() Config {
 	if c.Mux == (transport.MuxConfig{}) {
 		c.Mux = d.Mux
 	}
-	orDefault(&c.MaxExecutors, d.MaxExecutors)
-	orDefault(&c.MaxConnections, d.MaxConnections)
-	orDefault(&c.MaxHandshakes, d.MaxHandshakes)
-	orDefault(&c.HandshakeTimeout, d.HandshakeTimeout)
-	orDefault(&c.MaxStreamsPerExecutor, d.MaxStreamsPerExecutor)
-	orDefault(&c.MaxFailedHandshakes, d.MaxFailedHandshakes)
-	orDefault(&c.FailureWindow, d.FailureWindow)
-	orDefault(&c.LivenessTimeout, d.LivenessTimeout)
-	orDefault(&c.RevocationPoll, d.RevocationPoll)
-	orDefault(&c.MaxDataConns, d.MaxDataConns)
+	c.MaxExecutors = cmp.Or(c.MaxExecutors, d.MaxExecutors)
+	c.MaxConnections = cmp.Or(c.MaxConnections, d.MaxConnections)
+	c.MaxHandshakes = cmp.Or(c.MaxHandshakes, d.MaxHandshakes)
+	c.HandshakeTimeout = cmp.Or(c.HandshakeTimeout, d.HandshakeTimeout)
+	c.MaxStreamsPerExecutor = cmp.Or(c.MaxStreamsPerExecutor, d.MaxStreamsPerExecutor)
+	c.MaxFailedHandshakes = cmp.Or(c.MaxFailedHandshakes, d.MaxFailedHandshakes)
+	c.FailureWindow = cmp.Or(c.FailureWindow, d.FailureWindow)
+	c.LivenessTimeout = cmp.Or(c.LivenessTimeout, d.LivenessTimeout)
+	c.RevocationPoll = cmp.Or(c.RevocationPoll, d.RevocationPoll)
+	c.MaxDataConns = cmp.Or(c.MaxDataConns, d.MaxDataConns)
 	return c
-}
-
-// orDefault sets *v to d when *v is the zero value.
-func orDefault[T comparable](v *T, d T) {
-	var zero T
-	if *v == zero {
-		*v = d
-	}
 }
 
 // Validate reports the first invalid field. It takes the configuration
