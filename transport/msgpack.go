@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"slices"
 	"sync"
 
 	"github.com/vmihailenco/msgpack/v5"
@@ -90,9 +91,11 @@ const (
 	msgpackMaxValues = protocol.MaxJSONValues
 	// msgpackShrinkAbove: a write buffer grown past this by one large
 	// message is dropped afterwards rather than kept for the connection's
-	// lifetime. Read bodies are allocated at most this much ahead of the
-	// bytes actually received.
+	// lifetime.
 	msgpackShrinkAbove = 1 << 20
+	// msgpackReadAhead: read bodies are allocated at most this much ahead
+	// of the bytes actually received.
+	msgpackReadAhead = msgpackShrinkAbove + 64<<10
 )
 
 // MsgpackConn is a MessageConn speaking the native msgpack codec over a
@@ -398,13 +401,14 @@ func readMsgpackBody(r io.Reader, buf []byte, n int) ([]byte, error) {
 		}
 		return b, nil
 	}
-	b := make([]byte, min(n, msgpackShrinkAbove))
-	if _, err := io.ReadFull(r, b); err != nil {
-		return nil, msgpackNoEOF(err)
-	}
+	// Up front: msgpackReadAhead, which holds a 1 MiB file block with its
+	// framing in one allocation; past it the body at most doubles per
+	// step, each step filled before the next is allocated.
+	b := make([]byte, 0, min(n, msgpackReadAhead))
 	for len(b) < n {
 		have := len(b)
-		b = append(b, make([]byte, min(n-have, have))...) // at most doubles
+		want := min(n, max(cap(b), 2*have))
+		b = slices.Grow(b, want-have)[:want]
 		if _, err := io.ReadFull(r, b[have:]); err != nil {
 			return nil, msgpackNoEOF(err)
 		}
@@ -536,8 +540,19 @@ func (p msgpackParams) Decode(v any) (err error) {
 	if p.Absent() {
 		return nil
 	}
-	if out, ok := v.(*protocol.OutputNotification); ok && decodeOutputMsgpack(p, out) {
-		return nil
+	switch out := v.(type) {
+	case *protocol.OutputNotification:
+		if decodeOutputMsgpack(p, out) {
+			return nil
+		}
+	case *protocol.FsReadBlockResult:
+		if decodeReadBlockMsgpack(p, out) {
+			return nil
+		}
+	case *protocol.FsWriteBlockParams:
+		if decodeWriteBlockMsgpack(p, out) {
+			return nil
+		}
 	}
 	// Not msgpack.Unmarshal: it turns on UsePreallocateValues, which
 	// starts a goroutine per decoded pointer type that never ends.

@@ -136,3 +136,84 @@ func mpBin(b []byte, pos int) ([]byte, int, bool) {
 	}
 	return b[pos+h : pos+h+l : pos+h+l], pos + h + l, true
 }
+
+// decodeReadBlockMsgpack and decodeWriteBlockMsgpack decode fs/readBlock's
+// result and fs/writeBlock's params with the chunk aliasing the frame body,
+// as decodeOutputMsgpack does for output: a 1 MiB block is not copied once
+// more. Anything but a map of exactly the expected fields takes the general
+// decoder.
+func decodeReadBlockMsgpack(b []byte, out *protocol.FsReadBlockResult) bool {
+	if len(b) == 0 || b[0] != 0x82 { // fixmap of 2
+		return false
+	}
+	var r protocol.FsReadBlockResult
+	pos, seen := 1, 0
+	for range 2 {
+		key, next, ok := mpFixStr(b, pos)
+		if !ok {
+			return false
+		}
+		pos = next
+		switch key {
+		case "chunk":
+			if r.Chunk, pos, ok = mpBin(b, pos); !ok {
+				return false
+			}
+			seen |= 1
+		case "eof":
+			if pos >= len(b) || b[pos] != 0xc2 && b[pos] != 0xc3 {
+				return false
+			}
+			r.EOF, pos = b[pos] == 0xc3, pos+1
+			seen |= 2
+		default:
+			return false
+		}
+	}
+	if seen != 3 || pos != len(b) {
+		return false
+	}
+	*out = r
+	return true
+}
+
+func decodeWriteBlockMsgpack(b []byte, out *protocol.FsWriteBlockParams) bool {
+	if len(b) == 0 || b[0] != 0x83 { // fixmap of 3
+		return false
+	}
+	var p protocol.FsWriteBlockParams
+	pos, seen := 1, 0
+	for range 3 {
+		key, next, ok := mpFixStr(b, pos)
+		if !ok {
+			return false
+		}
+		pos = next
+		switch key {
+		case "handleId":
+			s, next, ok := mpAnyStr(b, pos)
+			if !ok {
+				return false
+			}
+			p.HandleID, pos = string(s), next
+			seen |= 1
+		case "offset":
+			if p.Offset, pos, ok = mpUint(b, pos); !ok {
+				return false
+			}
+			seen |= 2
+		case "chunk":
+			if p.Chunk, pos, ok = mpBin(b, pos); !ok {
+				return false
+			}
+			seen |= 4
+		default:
+			return false
+		}
+	}
+	if seen != 7 || pos != len(b) {
+		return false
+	}
+	*out = p
+	return true
+}

@@ -969,3 +969,83 @@ func TestMsgpackErrorDataThatDoesNotDecodeKeepsTheResponse(t *testing.T) {
 		t.Fatalf("data %#v, want the raw value", m.Error.Data)
 	}
 }
+
+// The block fast paths give what the general decoder gives, aliasing the
+// frame body, for every shape they accept; anything else (fields missing,
+// extra or of another type) falls back to the general decoder.
+func TestMsgpackBlockFastPathsMatchTheGeneralDecoder(t *testing.T) {
+	chunk := make([]byte, 1<<20)
+	rand.New(rand.NewSource(2)).Read(chunk)
+	for _, v := range []any{
+		protocol.FsReadBlockResult{Chunk: chunk, EOF: true},
+		protocol.FsReadBlockResult{Chunk: []byte{}, EOF: false},
+		protocol.FsWriteBlockParams{HandleID: "h-1", Offset: 1 << 40, Chunk: chunk},
+		protocol.FsWriteBlockParams{HandleID: "", Offset: 0, Chunk: nil},
+		map[string]any{"chunk": chunk, "eof": true, "extra": 1},
+		map[string]any{"chunk": "text", "eof": true},
+		map[string]any{"handleId": 7, "offset": 1, "chunk": chunk},
+	} {
+		body, err := msgpack.Marshal(v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var fastR, slowR protocol.FsReadBlockResult
+		errFast := msgpackParams(body).Decode(&fastR)
+		errSlow := msgpack.Unmarshal(body, &slowR)
+		if (errFast == nil) != (errSlow == nil) || errFast == nil && (!bytes.Equal(fastR.Chunk, slowR.Chunk) || fastR.EOF != slowR.EOF) {
+			t.Errorf("%T readBlock: fast %v %d/%v, general %v %d/%v", v, errFast, len(fastR.Chunk), fastR.EOF, errSlow, len(slowR.Chunk), slowR.EOF)
+		}
+		var fastW, slowW protocol.FsWriteBlockParams
+		errFast = msgpackParams(body).Decode(&fastW)
+		errSlow = msgpack.Unmarshal(body, &slowW)
+		if (errFast == nil) != (errSlow == nil) || errFast == nil && (!bytes.Equal(fastW.Chunk, slowW.Chunk) || fastW.HandleID != slowW.HandleID || fastW.Offset != slowW.Offset) {
+			t.Errorf("%T writeBlock: fast %v %+v, general %v %+v", v, errFast, fastW.HandleID, errSlow, slowW.HandleID)
+		}
+	}
+	// The fast path does not copy: the chunk is the body's bytes.
+	body, _ := msgpack.Marshal(protocol.FsWriteBlockParams{HandleID: "h", Offset: 1, Chunk: chunk})
+	var p protocol.FsWriteBlockParams
+	if !decodeWriteBlockMsgpack(body, &p) || &p.Chunk[0] != &body[len(body)-len(chunk)] {
+		t.Fatal("fs/writeBlock params did not take the aliasing fast path")
+	}
+	body, _ = msgpack.Marshal(protocol.FsReadBlockResult{Chunk: chunk})
+	var r protocol.FsReadBlockResult
+	if !decodeReadBlockMsgpack(body, &r) || cap(r.Chunk) != len(chunk) {
+		t.Fatal("fs/readBlock result did not take the aliasing fast path, or its chunk can grow into the body")
+	}
+}
+
+// A frame body is allocated in one piece up to msgpackReadAhead (a 1 MiB
+// block with its framing), and beyond that never more than the bytes
+// received so far ahead.
+func TestMsgpackBodyGrowsOnlyWithWhatArrived(t *testing.T) {
+	n := msgpackShrinkAbove + 100
+	b, err := readMsgpackBody(bytes.NewReader(make([]byte, n)), nil, n)
+	if err != nil || len(b) != n || cap(b) != n {
+		t.Fatalf("a block-sized body: len %d cap %d, %v; want one allocation of %d", len(b), cap(b), err, n)
+	}
+	// A peer announcing 64 MiB and sending 3 MiB has at most about twice
+	// that allocated before the read fails: every buffer offered to the
+	// reader ends at most 2x past what had arrived before it was made.
+	r := &aheadReader{r: bytes.NewReader(make([]byte, 3<<20))}
+	if _, err := readMsgpackBody(r, nil, 64<<20); !errors.Is(err, io.ErrUnexpectedEOF) {
+		t.Fatalf("a stalled body: %v", err)
+	}
+	if r.peak > max(2*(3<<20), msgpackReadAhead) {
+		t.Fatalf("%d bytes were allocated for 3 MiB received", r.peak)
+	}
+}
+
+// aheadReader records the furthest end of a buffer offered to it: what it
+// delivered plus the buffer's length.
+type aheadReader struct {
+	r         io.Reader
+	got, peak int
+}
+
+func (a *aheadReader) Read(p []byte) (int, error) {
+	a.peak = max(a.peak, a.got+len(p))
+	n, err := a.r.Read(p)
+	a.got += n
+	return n, err
+}
