@@ -1155,7 +1155,7 @@ func init() {
 	fs(protocol.MethodFsClose, forward[protocol.FsCloseParams, protocol.FsCloseResult])
 	fs(protocol.MethodFsCreate, forward[protocol.FsCreateParams, protocol.FsHandleResult])
 	fs(protocol.MethodFsWriteBlock, forward[protocol.FsWriteBlockParams, protocol.Empty])
-	fs(protocol.MethodFsHash, forward[protocol.FsPathParams, protocol.FsHashResult])
+	fs(protocol.MethodFsHash, forward[protocol.FsHashParams, protocol.FsHashResult])
 	fs(protocol.MethodFsCreateSymlink, forward[protocol.FsCreateSymlinkParams, protocol.Empty])
 }
 

@@ -22,6 +22,8 @@ var clientModules = map[string]bool{
 	"go.opentelemetry.io/otel":            true, // the trace API: attributes, codes, propagation
 	"go.opentelemetry.io/otel/trace":      true,
 	"github.com/cespare/xxhash/v2":        true, // otel/attribute's
+	"github.com/zeebo/xxh3":               true, // transfers' end-to-end digest
+	"github.com/klauspost/cpuid/v2":       true, // xxh3's choice of AVX2/AVX-512
 }
 
 func TestClientLinksOnlyTheModulesItNeeds(t *testing.T) {

@@ -29,6 +29,18 @@ const (
 type Files struct {
 	r       *Remote
 	Sandbox any
+	// Digest is the algorithm of Hash and of the digests FileReader.Sum
+	// and FileWriter.Sum report: protocol.DigestSHA256 when empty, or
+	// protocol.DigestXXH3. (Transfers choose their own, by
+	// TransferOptions.Digest.)
+	Digest string
+}
+
+// withDigest is a copy of f whose digests are alg's.
+func (f *Files) withDigest(alg string) *Files {
+	c := *f
+	c.Digest = alg
+	return &c
 }
 
 // Files returns a view of the executor's filesystem under a sandbox
@@ -140,11 +152,19 @@ func (f *Files) Stat(ctx context.Context, name string) (fs.FileInfo, error) {
 	return fileInfo{name: path.Base(name), md: md}, nil
 }
 
-// Hash returns a file's sha256 (hex) and size, computed on the executor.
+// Hash returns a file's digest (hex, f.Digest's algorithm) and size,
+// computed on the executor.
 func (f *Files) Hash(ctx context.Context, name string) (string, int64, error) {
 	var res protocol.FsHashResult
-	err := f.call(ctx, true, protocol.MethodFsHash, name, protocol.FsPathParams{Path: name, Sandbox: f.Sandbox}, &res)
-	return res.Sha256, int64(res.Size), err
+	if err := f.call(ctx, true, protocol.MethodFsHash, name, protocol.FsHashParams{Path: name, Sandbox: f.Sandbox, Digest: f.Digest}, &res); err != nil {
+		return "", 0, err
+	}
+	if res.Sum(f.Digest) == "" {
+		// An executor from before digests had names answers sha256
+		// whatever was asked.
+		return "", 0, protocol.KindErrorf(protocol.KindUnsupported, protocol.CodeInvalidParams, "%s: the executor does not compute %s digests (an older outpost?); ask for %s", name, f.Digest, protocol.DigestSHA256)
+	}
+	return res.Sum(f.Digest), int64(res.Size), nil
 }
 
 // ReadDir lists a directory.
@@ -188,7 +208,7 @@ func (f *Files) handleID() string { return "h" + strconv.FormatInt(f.r.nextID.Ad
 // Open opens a file for streamed reading.
 func (f *Files) Open(ctx context.Context, name string) (*FileReader, error) {
 	id := f.handleID()
-	if err := f.call(ctx, false, protocol.MethodFsOpen, name, protocol.FsOpenParams{HandleID: id, Path: name, Sandbox: f.Sandbox}, nil); err != nil {
+	if err := f.call(ctx, false, protocol.MethodFsOpen, name, protocol.FsOpenParams{HandleID: id, Path: name, Sandbox: f.Sandbox, Digest: f.Digest}, nil); err != nil {
 		return nil, err
 	}
 	return &FileReader{f: f, ctx: ctx, name: name, id: id}, nil
@@ -211,13 +231,14 @@ type FileReader struct {
 	digest  *protocol.FsHashResult
 }
 
-// Sum is the executor's sha256 (hex) and size of what was read, known
-// after Close when the whole file was read in order.
-func (r *FileReader) Sum() (sha string, size int64, ok bool) {
-	if r.digest == nil {
+// Sum is the executor's digest (hex, in the algorithm of the Files that
+// opened it) and size of what was read, known after Close when the whole
+// file was read in order.
+func (r *FileReader) Sum() (sum string, size int64, ok bool) {
+	if r.digest == nil || r.digest.Sum(r.f.Digest) == "" {
 		return "", 0, false
 	}
-	return r.digest.Sha256, int64(r.digest.Size), true
+	return r.digest.Sum(r.f.Digest), int64(r.digest.Size), true
 }
 
 type blockResult struct {
@@ -290,7 +311,7 @@ func (r *FileReader) Close() error {
 func (f *Files) Create(ctx context.Context, name string, perm os.FileMode) (*FileWriter, error) {
 	id := f.handleID()
 	mode := uint32(perm.Perm())
-	if err := f.call(ctx, false, protocol.MethodFsCreate, name, protocol.FsCreateParams{HandleID: id, Path: name, Mode: &mode, Sandbox: f.Sandbox}, nil); err != nil {
+	if err := f.call(ctx, false, protocol.MethodFsCreate, name, protocol.FsCreateParams{HandleID: id, Path: name, Mode: &mode, Sandbox: f.Sandbox, Digest: f.Digest}, nil); err != nil {
 		return nil, err
 	}
 	return &FileWriter{f: f, ctx: ctx, name: name, id: id, slots: make(chan struct{}, window)}, nil
@@ -314,13 +335,14 @@ type FileWriter struct {
 	digest *protocol.FsHashResult
 }
 
-// Sum is the executor's sha256 (hex) and size of the written file, known
-// after a successful Close (the executor hashes blocks as they land).
-func (w *FileWriter) Sum() (sha string, size int64, ok bool) {
-	if w.digest == nil {
+// Sum is the executor's digest (hex, in the algorithm of the Files that
+// created it) and size of the written file, known after a successful
+// Close (the executor hashes blocks as they land).
+func (w *FileWriter) Sum() (sum string, size int64, ok bool) {
+	if w.digest == nil || w.digest.Sum(w.f.Digest) == "" {
 		return "", 0, false
 	}
-	return w.digest.Sha256, int64(w.digest.Size), true
+	return w.digest.Sum(w.f.Digest), int64(w.digest.Size), true
 }
 
 func (w *FileWriter) failed() error {

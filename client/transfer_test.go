@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"github.com/outpost-exec/outpost/protocol"
 	"io"
 	"io/fs"
 	"net"
@@ -475,5 +476,54 @@ func TestTransferDetectsCorruptionInFlight(t *testing.T) {
 	}
 	if b, _ := os.ReadFile(up); !bytes.Equal(b, data) {
 		t.Fatal("the round trip differs")
+	}
+}
+
+// A transfer checks with the digest it is given: XXH3-128 by default,
+// sha256 on request, the executor computing the same on its side; a
+// name neither knows fails the copy and leaves nothing behind.
+func TestTransferDigestChoices(t *testing.T) {
+	ctx := ctxT(t)
+	dir := t.TempDir()
+	src := filepath.Join(dir, "src")
+	data := make([]byte, 3<<20+1)
+	for i := range data {
+		data[i] = byte(i * 7)
+	}
+	os.WriteFile(src, data, 0o644)
+	f := dial(t, wsExecutor(t), Config{}).Files(nil)
+	for _, alg := range []string{"", protocol.DigestXXH3, protocol.DigestSHA256} {
+		up, down := filepath.Join(dir, "up"+alg), filepath.Join(dir, "down"+alg)
+		if _, err := Upload(ctx, f, src, up, TransferOptions{Digest: alg}); err != nil {
+			t.Fatalf("upload %q: %v", alg, err)
+		}
+		if _, err := Download(ctx, f, up, down, TransferOptions{Digest: alg}); err != nil {
+			t.Fatalf("download %q: %v", alg, err)
+		}
+		if b, _ := os.ReadFile(down); !bytes.Equal(b, data) {
+			t.Fatalf("%q: the copy differs", alg)
+		}
+	}
+	for _, run := range []func() error{
+		func() error {
+			_, err := Upload(ctx, f, src, filepath.Join(dir, "bad-up"), TransferOptions{Digest: "md5"})
+			return err
+		},
+		func() error {
+			_, err := Download(ctx, f, src, filepath.Join(dir, "bad-down"), TransferOptions{Digest: "md5"})
+			return err
+		},
+	} {
+		if err := run(); protocol.KindOf(err) != protocol.KindInvalid {
+			t.Fatalf("an unknown digest: %v (kind %q)", err, protocol.KindOf(err))
+		}
+	}
+	if l := leftovers(t, dir); len(l) != 0 {
+		t.Fatalf("left behind: %v", l)
+	}
+	for _, name := range []string{"bad-up", "bad-down"} {
+		if _, err := os.Stat(filepath.Join(dir, name)); !errors.Is(err, fs.ErrNotExist) {
+			t.Fatalf("%s: %v", name, err)
+		}
 	}
 }

@@ -1,10 +1,10 @@
 package remotefs
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"github.com/outpost-exec/outpost/internal/digest"
+	"github.com/outpost-exec/outpost/internal/fsio"
 	"hash"
 	"io"
 	"io/fs"
@@ -81,6 +81,7 @@ type fsHandle struct {
 	// how far. A transfer that went in order gets its digest from fs/close
 	// without a second pass over the file.
 	sum    hash.Hash
+	alg    string // sum's algorithm, as the client named it
 	hashed uint64
 	early  []byteRange // ranges past hashed, sorted, waiting for the gap to fill
 	broken bool        // no running digest for this handle
@@ -153,7 +154,8 @@ func (h *fsHandle) digest(size uint64) *protocol.FsHashResult {
 	if h.broken || h.hashed != size || len(h.early) > 0 {
 		return nil
 	}
-	return &protocol.FsHashResult{Sha256: hex.EncodeToString(h.sum.Sum(nil)), Size: size}
+	res := digest.Result(h.alg, h.sum, size)
+	return &res
 }
 
 // commit moves a written file into place.
@@ -408,7 +410,7 @@ func (r *fsReq) createTemp(shown, p string, mode *uint32) (*fsHandle, error) {
 		d.Close()
 		return nil, r.fsError(shown, err)
 	}
-	return &fsHandle{f: f, write: true, dir: d, tmp: tmp, base: base, sum: sha256.New()}, nil
+	return &fsHandle{f: f, write: true, dir: d, tmp: tmp, base: base}, nil
 }
 
 // writePlace finds where a write to p lands: p's parent directory, opened,
@@ -490,7 +492,7 @@ func (s *Session) WriteFile(p protocol.FsWriteFileParams) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	if _, err := h.f.Write(p.Data); err != nil {
+	if _, err := fsio.Write(h.f, p.Data); err != nil {
 		h.discard()
 		return nil, r.fsError(p.Path, err)
 	}
@@ -720,7 +722,20 @@ func within(root, p string) bool {
 	return p == root || strings.HasPrefix(p, strings.TrimSuffix(root, "/")+"/")
 }
 
-func (s *Session) Hash(p protocol.FsPathParams) (any, error) {
+// newDigest is the hash for a digest algorithm a client named.
+func newDigest(method, alg string) (hash.Hash, error) {
+	h, ok := digest.New(alg)
+	if !ok {
+		return nil, protocol.KindErrorf(protocol.KindInvalid, protocol.CodeInvalidParams, "invalid params for %s: unknown digest %q (known: %s, %s)", method, alg, protocol.DigestSHA256, protocol.DigestXXH3)
+	}
+	return h, nil
+}
+
+func (s *Session) Hash(p protocol.FsHashParams) (any, error) {
+	h, err := newDigest(protocol.MethodFsHash, p.Digest)
+	if err != nil {
+		return nil, err
+	}
 	r, n, err := s.fsBegin(protocol.MethodFsHash, p.Sandbox, p.Path)
 	if err != nil {
 		return nil, err
@@ -730,12 +745,11 @@ func (s *Session) Hash(p protocol.FsPathParams) (any, error) {
 		return nil, err
 	}
 	defer f.Close()
-	h := sha256.New()
 	size, err := io.Copy(h, f)
 	if err != nil {
 		return nil, r.fsError(p.Path, err)
 	}
-	return protocol.FsHashResult{Sha256: hex.EncodeToString(h.Sum(nil)), Size: uint64(size)}, nil
+	return digest.Result(p.Digest, h, uint64(size)), nil
 }
 
 // --- handles ----------------------------------------------------------------
@@ -779,6 +793,10 @@ func (s *Session) Open(p protocol.FsOpenParams) (any, error) {
 	if err := validHandleID(protocol.MethodFsOpen, p.HandleID); err != nil {
 		return nil, err
 	}
+	sum, err := newDigest(protocol.MethodFsOpen, p.Digest)
+	if err != nil {
+		return nil, err
+	}
 	r, n, err := s.fsBegin(protocol.MethodFsOpen, p.Sandbox, p.Path)
 	if err != nil {
 		return nil, err
@@ -787,7 +805,7 @@ func (s *Session) Open(p protocol.FsOpenParams) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := s.addHandle(r.method, p.HandleID, &fsHandle{f: f, sum: sha256.New()}); err != nil {
+	if err := s.addHandle(r.method, p.HandleID, &fsHandle{f: f, sum: sum, alg: p.Digest}); err != nil {
 		f.Close()
 		return nil, err
 	}
@@ -796,6 +814,10 @@ func (s *Session) Open(p protocol.FsOpenParams) (any, error) {
 
 func (s *Session) Create(p protocol.FsCreateParams) (any, error) {
 	if err := validHandleID(protocol.MethodFsCreate, p.HandleID); err != nil {
+		return nil, err
+	}
+	sum, err := newDigest(protocol.MethodFsCreate, p.Digest)
+	if err != nil {
 		return nil, err
 	}
 	r, n, err := s.fsBegin(protocol.MethodFsCreate, p.Sandbox, p.Path)
@@ -807,6 +829,7 @@ func (s *Session) Create(p protocol.FsCreateParams) (any, error) {
 	if err != nil {
 		return nil, err
 	}
+	h.sum, h.alg = sum, p.Digest
 	if err := s.addHandle(r.method, p.HandleID, h); err != nil {
 		h.discard()
 		return nil, err
@@ -849,7 +872,7 @@ func (s *Session) WriteBlock(p protocol.FsWriteBlockParams) (any, error) {
 		return nil, protocol.KindErrorf(protocol.KindInvalid, protocol.CodeInvalidParams, "invalid params for %s: a block is at most %d bytes at an offset below 2^62", protocol.MethodFsWriteBlock, maxBlockBytes)
 	}
 	h.mu.Lock()
-	_, err = h.f.WriteAt(p.Chunk, int64(p.Offset))
+	_, err = fsio.WriteAt(h.f, p.Chunk, int64(p.Offset))
 	if err == nil {
 		h.account(p.Offset, p.Chunk)
 	}

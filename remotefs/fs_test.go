@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"github.com/outpost-exec/outpost/internal/digest"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -429,5 +430,71 @@ func TestFsRecursiveRemoveRefusesATreeHoldingProtectedOrNonePaths(t *testing.T) 
 	}
 	if _, err := sess.Remove(protocol.FsRemoveParams{Path: filepath.Join(tmp, "repo", "d0"), Sandbox: map[string]any{"mode": "workspace-write"}}); err != nil || fsExists(filepath.Join(tmp, "repo", "d0")) {
 		t.Errorf("remove a tree without one: %v", err)
+	}
+}
+
+// A handle's digest is in the algorithm the client named on fs/create or
+// fs/open, for blocks in order or not, and fs/hash gives the same; a name
+// the executor does not know is refused before anything is created.
+func TestHandlesDigestInTheAlgorithmAskedFor(t *testing.T) {
+	sess := NewSession(fsTestConfig(t), "test")
+	dir := t.TempDir()
+	data := make([]byte, 3<<20+11)
+	for i := range data {
+		data[i] = byte(rand.IntN(256))
+	}
+	want := func(alg string) string {
+		h, _ := digest.New(alg)
+		h.Write(data)
+		return digest.Result(alg, h, 0).Sum(alg)
+	}
+	for _, alg := range []string{"", protocol.DigestSHA256, protocol.DigestXXH3} {
+		p := filepath.Join(dir, "f"+alg)
+		if _, err := sess.Create(protocol.FsCreateParams{HandleID: "w", Path: p, Digest: alg}); err != nil {
+			t.Fatal(err)
+		}
+		for _, off := range []int{1 << 20, 0, 2 << 20, 3 << 20} { // the second block first
+			if _, err := sess.WriteBlock(protocol.FsWriteBlockParams{HandleID: "w", Offset: uint64(off), Chunk: data[off:min(off+1<<20, len(data))]}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		res, err := sess.Close(protocol.FsCloseParams{HandleID: "w"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d := res.(protocol.FsCloseResult).Digest; d == nil || d.Sum(alg) != want(alg) || d.Size != uint64(len(data)) {
+			t.Fatalf("%q: written digest %+v, want %s", alg, d, want(alg))
+		}
+		if _, err := sess.Open(protocol.FsOpenParams{HandleID: "r", Path: p, Digest: alg}); err != nil {
+			t.Fatal(err)
+		}
+		for off := 0; off < len(data); off += 1 << 20 {
+			if _, err := sess.ReadBlock(protocol.FsReadBlockParams{HandleID: "r", Offset: uint64(off), Len: 1 << 20}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if res, err = sess.Close(protocol.FsCloseParams{HandleID: "r"}); err != nil {
+			t.Fatal(err)
+		}
+		if d := res.(protocol.FsCloseResult).Digest; d == nil || d.Sum(alg) != want(alg) {
+			t.Fatalf("%q: read digest %+v", alg, d)
+		}
+		hr, err := sess.Hash(protocol.FsHashParams{Path: p, Digest: alg})
+		if err != nil || hr.(protocol.FsHashResult).Sum(alg) != want(alg) {
+			t.Fatalf("%q: fs/hash %+v, %v", alg, hr, err)
+		}
+	}
+	bad := filepath.Join(dir, "bad")
+	if _, err := sess.Create(protocol.FsCreateParams{HandleID: "x", Path: bad, Digest: "md5"}); protocol.KindOf(err) != protocol.KindInvalid {
+		t.Fatalf("fs/create with md5: %v", err)
+	}
+	if _, err := sess.Open(protocol.FsOpenParams{HandleID: "x", Path: filepath.Join(dir, "f"), Digest: "crc"}); protocol.KindOf(err) != protocol.KindInvalid {
+		t.Fatalf("fs/open with crc: %v", err)
+	}
+	if _, err := sess.Hash(protocol.FsHashParams{Path: filepath.Join(dir, "f"), Digest: "SHA256"}); protocol.KindOf(err) != protocol.KindInvalid {
+		t.Fatalf("fs/hash with SHA256: %v", err)
+	}
+	if entries, _ := os.ReadDir(dir); len(entries) != 3 {
+		t.Fatalf("refused calls left files: %v", entries)
 	}
 }

@@ -46,7 +46,7 @@ func commandTable() []command {
 	return []command{
 		{path: "demo", operands: "[-- CMD ARGS...]", summary: "run a command through an in-process relay and executor on loopback", run: cmdDemo},
 		{path: "exec", operands: "[flags] -- CMD [ARGS...]", summary: "run a command on an executor (or this machine) and exit with its status", run: cmdExec},
-		{path: "cp", operands: "[flags] SRC DST", summary: "copy files to or from an executor (EXECUTOR:PATH or :PATH), checked with sha256", run: cmdCp},
+		{path: "cp", operands: "[flags] SRC DST", summary: "copy files to or from an executor (EXECUTOR:PATH or :PATH), checked end to end", run: cmdCp},
 		{path: "bridge", operands: "[flags]", summary: "serve codex's exec-server protocol (ws://) for one executor, reached over Noise directly or through a relay", run: cmdBridge},
 		{path: "executor serve", operands: "[flags]", summary: "serve processes (--listen tcp://HOST:PORT | unix:///path | ws://IP:PORT | stdio)", run: cmdExecutorServe},
 		{path: "executor doctor", operands: "[flags]", summary: "print what this machine's sandbox can enforce", run: cmdDoctor},

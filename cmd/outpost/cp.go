@@ -4,10 +4,12 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"github.com/outpost-exec/outpost/protocol"
 	"io"
 	iofs "io/fs"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -45,7 +47,9 @@ EXECUTOR:PATH is on executor EXECUTOR, reached through --relay (or
 $OUTPOST_RELAY) with --token (or $OUTPOST_TOKEN); :PATH is on the --target
 executor (or $OUTPOST_TARGET, the config file). One side or both may be
 remote: within one executor it copies by itself; between two, files stream
-through here. Every file is checked end to end with sha256.
+through here. Every file is checked end to end: XXH3-128 by default (the
+encrypted channel already stops tampering; the check catches lost, torn or
+misplaced blocks), or sha256 with --digest sha256.
 
 A relative remote PATH (or ~/PATH) is in the remote user's home directory
 (or the executor's working directory if it reports no home), as with scp.
@@ -67,12 +71,18 @@ one line shows the progress of the whole copy.
 	mode := fs.String("sandbox", "", "judge the remote side by this sandbox mode (read-only, workspace-write, full-access)")
 	flagChoices(fs, "sandbox", sandboxModes...)
 	quiet := fs.Bool("q", false, "no progress line")
+	digestAlg := fs.String("digest", protocol.DigestXXH3, "digest of the end-to-end check")
+	flagChoices(fs, "digest", protocol.DigestXXH3, protocol.DigestSHA256)
 	if code, ok := parseArgs(fs, args, stdout); !ok {
 		return code
 	}
 	*relayURL, *token = orDefault(*relayURL, "OUTPOST_RELAY", "relay"), orDefault(*token, "OUTPOST_TOKEN", "token")
 	if fs.NArg() != 2 {
 		fs.Usage()
+		return exitUsage
+	}
+	if !slices.Contains(choicesOf(fs, "digest"), *digestAlg) {
+		fmt.Fprintf(stderr, "outpost cp: unknown --digest %q (choose %s)\n", *digestAlg, strings.Join(choicesOf(fs, "digest"), " or "))
 		return exitUsage
 	}
 	src, dst := parseOperand(fs.Arg(0)), parseOperand(fs.Arg(1))
@@ -168,6 +178,7 @@ one line shows the progress of the whole copy.
 	opts := client.TransferOptions{
 		Recursive:   *recursive,
 		FollowLinks: *follow,
+		Digest:      *digestAlg,
 		Skipped: func(p string, _ iofs.FileMode) {
 			fmt.Fprintf(stderr, "outpost cp: skipping %s (a device, socket or fifo)\n", p)
 		},

@@ -171,3 +171,13 @@ func TestFirstContactPinsAndSaysWhatWasPinned(t *testing.T) {
 		t.Fatalf("--accept-new over the config file: exit %d, stderr %q", code, stderr)
 	}
 }
+
+// cp refuses a digest it does not know before connecting, naming the ones
+// it knows.
+func TestCpUnknownDigestIsAUsageError(t *testing.T) {
+	var out, errb strings.Builder
+	code := run([]string{"cp", "--digest", "md5", "--target", "tcp://127.0.0.1:1", "a", ":b"}, &out, &errb)
+	if code != exitUsage || !strings.Contains(errb.String(), "xxh3-128") || !strings.Contains(errb.String(), "sha256") {
+		t.Fatalf("exit %d, stderr %q", code, errb.String())
+	}
+}

@@ -1,0 +1,44 @@
+// Package fsio writes file data in pieces the page cache takes cheaply.
+//
+// A single large write(2) into a file on ext4 (Linux 6.x, large folios)
+// asks the page cache for large folios, which come from high-order free
+// blocks. On virtual machines that report free memory back to the host
+// (free page reporting, virtio-balloon: Firecracker, many clouds) those
+// are exactly the blocks the host has taken back, so every page of the
+// folio faults into the host on first touch: measured here, 1 MiB writes
+// of a 1 GiB file cost 2–3.5 CPU-s in the kernel on four runs of six,
+// 16–128 KiB writes 0.3–0.7 CPU-s on every run. Writing in pieces of at
+// most PieceBytes costs a few more system calls (eight per MiB) and
+// keeps large copies at the speed of the rest of the path.
+package fsio
+
+import "os"
+
+// PieceBytes is the largest single write(2) these helpers issue.
+const PieceBytes = 128 << 10
+
+// WriteAt writes b at off in pieces of at most PieceBytes.
+func WriteAt(f *os.File, b []byte, off int64) (int, error) {
+	n := 0
+	for n < len(b) {
+		m, err := f.WriteAt(b[n:min(len(b), n+PieceBytes)], off+int64(n))
+		n += m
+		if err != nil {
+			return n, err
+		}
+	}
+	return n, nil
+}
+
+// Write writes b at f's offset in pieces of at most PieceBytes.
+func Write(f *os.File, b []byte) (int, error) {
+	n := 0
+	for n < len(b) {
+		m, err := f.Write(b[n:min(len(b), n+PieceBytes)])
+		n += m
+		if err != nil {
+			return n, err
+		}
+	}
+	return n, nil
+}
