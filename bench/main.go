@@ -115,7 +115,7 @@ func run() error {
 		run  func()
 	}{
 		{"start_to_exit", b.startToExit}, {"throughput", b.throughput}, {"concurrency", b.concurrency},
-		{"idle_executors", b.idleExecutors}, {"sandbox_overhead", b.sandboxOverhead}, {"copy", b.copyFile},
+		{"idle_executors", b.idleExecutors}, {"sandbox_overhead", b.sandboxOverhead}, {"copy", b.copyFile}, {"copy_down", b.copyDown},
 		{"codex_turn", b.codexTurn},
 	} {
 		if *only != "" && !slices.Contains(strings.Split(*only, ","), m.name) {
@@ -545,14 +545,17 @@ func (b *bench) sandboxOverhead() {
 	}
 }
 
-// copyFile uploads a 1 GiB file with outpost cp through the relay and
-// with scp, best of two each.
-func (b *bench) copyFile() {
+// copyFile uploads a 1 GiB file with outpost cp (through the relay and
+// direct) and with scp, best of two each; copyDown downloads it.
+func (b *bench) copyFile() { b.copyOneWay("copy", false) }
+func (b *bench) copyDown() { b.copyOneWay("copy_down", true) }
+
+func (b *bench) copyOneWay(metric string, down bool) {
 	const size = 1 << 30
 	src := filepath.Join(b.dir, "copy-src.bin")
 	f, err := os.Create(src)
 	if err != nil {
-		b.skip("copy", "outpost-relay", err.Error())
+		b.skip(metric, "outpost-relay", err.Error())
 		return
 	}
 	buf := make([]byte, 1<<20)
@@ -578,18 +581,33 @@ func (b *bench) copyFile() {
 		best float64
 		skip string
 	}
+	// ends are cp's operands: the remote one (prefix) is the source when
+	// down, the destination otherwise.
+	ends := func(prefix, name string) (string, string) {
+		if down {
+			return prefix + src, filepath.Join(dst, name)
+		}
+		return src, prefix + filepath.Join(dst, name)
+	}
 	targets := []*copyTarget{
 		{name: "outpost-relay", cmd: func() *exec.Cmd {
-			c := exec.Command(b.bin, "cp", "-q", "--relay", b.relay, "--token", b.token, src, "bench:"+filepath.Join(dst, "outpost.bin"))
+			from, to := ends("bench:", "outpost.bin")
+			c := exec.Command(b.bin, "cp", "-q", "--relay", b.relay, "--token", b.token, from, to)
 			c.Env = append(os.Environ(), "XDG_CONFIG_HOME="+filepath.Join(b.dir, "cfg"))
 			return c
 		}},
 		{name: "outpost-direct", cmd: func() *exec.Cmd {
-			c := exec.Command(b.bin, "cp", "-q", "--target", b.urls["outpost-direct"], src, ":"+filepath.Join(dst, "direct.bin"))
+			from, to := ends(":", "direct.bin")
+			c := exec.Command(b.bin, "cp", "-q", "--target", b.urls["outpost-direct"], from, to)
 			c.Env = append(os.Environ(), "XDG_CONFIG_HOME="+filepath.Join(b.dir, "cfg"))
 			return c
 		}},
-		{name: "scp", cmd: func() *exec.Cmd { return b.ssh.scp(src, filepath.Join(dst, "scp.bin")) }},
+		{name: "scp", cmd: func() *exec.Cmd {
+			if down {
+				return b.ssh.scpFrom(src, filepath.Join(dst, "scp.bin"))
+			}
+			return b.ssh.scp(src, filepath.Join(dst, "scp.bin"))
+		}},
 	}
 	if b.ssh == nil {
 		targets[2].skip = cmp.Or(b.skipped["ssh"], "no ssh server")
@@ -620,9 +638,9 @@ func (b *bench) copyFile() {
 	}
 	for _, t := range append([]*copyTarget{local}, targets...) {
 		if t.skip != "" {
-			b.skip("copy", t.name, t.skip)
+			b.skip(metric, t.name, t.skip)
 		} else {
-			b.add(Result{Metric: "copy", Target: t.name, Runs: 2, MBps: f64(t.best)})
+			b.add(Result{Metric: metric, Target: t.name, Runs: 2, MBps: f64(t.best)})
 		}
 	}
 }

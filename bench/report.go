@@ -11,7 +11,7 @@ import (
 // Result is one measured row. The JSON names are the interface other tools
 // read (see the package comment); absent figures are omitted.
 type Result struct {
-	Metric string   `json:"metric"` // start_to_exit | throughput | concurrency | idle_executors | sandbox_overhead | copy | codex_turn
+	Metric string   `json:"metric"` // start_to_exit | throughput | concurrency | idle_executors | sandbox_overhead | copy | copy_down | codex_turn
 	Target string   `json:"target"` // local-limit | outpost-local | outpost-direct | outpost-ws | outpost-relay | codex | ssh | ssh-controlmaster | bwrap | codex-exec-server | outpost-bridge-relay | ...
 	Runs   int      `json:"runs,omitempty"`
 	P50Ms  *float64 `json:"p50_ms,omitempty"`

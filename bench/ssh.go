@@ -106,6 +106,13 @@ func (s *sshPeer) scp(local, remote string) *exec.Cmd {
 		"-c", "aes128-gcm@openssh.com", local, s.user+"@127.0.0.1:"+remote)
 }
 
+// scpFrom copies remote (on the server) to local.
+func (s *sshPeer) scpFrom(remote, local string) *exec.Cmd {
+	return exec.Command("scp", "-q", "-F", "/dev/null", "-i", filepath.Join(s.dir, "client"), "-P", s.port,
+		"-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null", "-o", "BatchMode=yes", "-o", "LogLevel=ERROR",
+		"-c", "aes128-gcm@openssh.com", s.user+"@127.0.0.1:"+remote, local)
+}
+
 func (s *sshPeer) stop() {
 	exec.Command("ssh", "-F", "/dev/null", "-o", "ControlPath="+filepath.Join(s.dir, "cm"), "-O", "exit", "x").Run()
 	s.sshd.Process.Kill()

@@ -258,14 +258,15 @@ func (r *FileReader) request() {
 	}()
 }
 
-// Read implements io.Reader.
-func (r *FileReader) Read(p []byte) (int, error) {
+// fill waits for the next block when the current one is used up: nil with
+// r.buf non-empty, io.EOF at the end, or the error that ended the read.
+func (r *FileReader) fill() error {
 	for len(r.buf) == 0 {
 		if r.err != nil {
-			return 0, r.err
+			return r.err
 		}
 		if r.ended && len(r.pending) == 0 {
-			return 0, io.EOF
+			return io.EOF
 		}
 		for !r.ended && len(r.pending) < window {
 			r.request()
@@ -286,9 +287,36 @@ func (r *FileReader) Read(p []byte) (int, error) {
 			r.pending = nil
 		}
 	}
+	return nil
+}
+
+// Read implements io.Reader.
+func (r *FileReader) Read(p []byte) (int, error) {
+	if err := r.fill(); err != nil {
+		return 0, err
+	}
 	n := copy(p, r.buf)
 	r.buf = r.buf[n:]
 	return n, nil
+}
+
+// WriteTo implements io.WriterTo: each block goes to w as it came, without
+// the copy Read makes.
+func (r *FileReader) WriteTo(w io.Writer) (int64, error) {
+	var total int64
+	for {
+		if err := r.fill(); err == io.EOF {
+			return total, nil
+		} else if err != nil {
+			return total, err
+		}
+		n, err := w.Write(r.buf)
+		total += int64(n)
+		r.buf = r.buf[n:]
+		if err != nil {
+			return total, err
+		}
+	}
 }
 
 // Close releases the handle.

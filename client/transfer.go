@@ -954,7 +954,16 @@ func (t *transfer) pass(w io.Writer, r io.Reader, e entry) (string, int64, error
 	}
 	p := &progressWriter{t: t, p: Progress{Path: e.from, FileSize: e.size, Bytes: t.res.Bytes, Size: t.size, Files: t.passed, FileCount: t.count}}
 	p.report()
-	n, err := io.Copy(io.MultiWriter(w, h, p), r)
+	// Whole blocks at a time: a FileReader hands over the blocks it
+	// received (no copy), anything else is read up to a block per call
+	// instead of io.Copy's 32 KiB.
+	var n int64
+	var err error
+	if fr, ok := r.(*FileReader); ok {
+		n, err = fr.WriteTo(io.MultiWriter(w, h, p))
+	} else {
+		n, err = io.CopyBuffer(io.MultiWriter(w, h, p), struct{ io.Reader }{r}, make([]byte, min(blockSize, max(32<<10, e.size+1))))
+	}
 	t.passed++
 	p.p.Files, p.p.Done = t.passed, true
 	p.report()
