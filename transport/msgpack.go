@@ -268,12 +268,33 @@ func (c *MsgpackConn) writeFrames(ctx context.Context, fill func(add func(kind u
 		}
 	}()
 	c.wbuf.Reset()
+	// A file block is not copied into wbuf: its frame is encoded up to
+	// the chunk's bin header, and the chunk is written after that part
+	// from where it is (tails[i] follows wbuf up to cuts[i]).
+	var cuts []int
+	var tails [][]byte
 	add := func(kind uint8, id ID, method string, payload any) error {
 		if (kind == msgpackKindRequest || kind == msgpackKindNotification) && method == "" {
 			return errors.New("msgpack: method must not be empty")
 		}
 		start := c.wbuf.Len()
 		c.wbuf.Write(make([]byte, msgpackHeaderLen)) // the length, filled in below
+		if chunk, ok := blockChunk(payload); ok {
+			if err := encodeMsgpackBody(c.enc, kind, id, method, nil); err != nil {
+				return fmt.Errorf("msgpack: encoding %s: %w", msgpackKindName(kind), err)
+			}
+			c.wbuf.Truncate(c.wbuf.Len() - 1) // the nil payload
+			appendBlockHead(&c.wbuf, payload, len(chunk))
+			frame := c.wbuf.Bytes()[start:]
+			n := len(frame) - msgpackHeaderLen + len(chunk)
+			if n > c.maxFrame {
+				c.wbuf.Truncate(start)
+				return fmt.Errorf("outbound msgpack %s of %d bytes: %w (limit %d bytes)", msgpackKindName(kind), n, ErrMessageTooLarge, c.maxFrame)
+			}
+			binary.BigEndian.PutUint32(frame, uint32(n))
+			cuts, tails = append(cuts, c.wbuf.Len()), append(tails, chunk)
+			return nil
+		}
 		if err := encodeMsgpackBody(c.enc, kind, id, method, payload); err != nil {
 			return fmt.Errorf("msgpack: encoding %s: %w", msgpackKindName(kind), err)
 		}
@@ -299,11 +320,95 @@ func (c *MsgpackConn) writeFrames(ctx context.Context, fill func(add func(kind u
 	if err := fill(add); err != nil {
 		return err
 	}
-	if _, err := c.rw.Write(c.wbuf.Bytes()); err != nil {
-		c.werr = fmt.Errorf("msgpack: earlier write failed: %w", err)
-		return err
+	out, from := c.wbuf.Bytes(), 0
+	for i, cut := range cuts {
+		if _, err := c.rw.Write(out[from:cut]); err != nil {
+			c.werr = fmt.Errorf("msgpack: earlier write failed: %w", err)
+			return err
+		}
+		if _, err := c.rw.Write(tails[i]); err != nil {
+			c.werr = fmt.Errorf("msgpack: earlier write failed: %w", err)
+			return err
+		}
+		from = cut
+	}
+	if from < len(out) {
+		if _, err := c.rw.Write(out[from:]); err != nil {
+			c.werr = fmt.Errorf("msgpack: earlier write failed: %w", err)
+			return err
+		}
 	}
 	return nil
+}
+
+// blockChunkMin: chunks from this size are written from where they are
+// rather than copied into the frame buffer.
+const blockChunkMin = 64 << 10
+
+// blockChunk is the chunk of an fs/readBlock result or fs/writeBlock
+// params worth writing without a copy.
+func blockChunk(payload any) ([]byte, bool) {
+	var chunk []byte
+	switch p := payload.(type) {
+	case protocol.FsReadBlockResult:
+		chunk = p.Chunk
+	case *protocol.FsReadBlockResult:
+		chunk = p.Chunk
+	case protocol.FsWriteBlockParams:
+		chunk = p.Chunk
+	case *protocol.FsWriteBlockParams:
+		chunk = p.Chunk
+	}
+	return chunk, len(chunk) >= blockChunkMin && len(chunk) <= math.MaxUint32
+}
+
+// appendBlockHead encodes payload (one blockChunk accepts) as a map whose
+// last entry is the chunk, up to and including the chunk's bin32 header:
+// the chunk's n bytes follow. The decoders take the fields in any order.
+func appendBlockHead(b *bytes.Buffer, payload any, n int) {
+	switch p := payload.(type) {
+	case *protocol.FsReadBlockResult:
+		appendBlockHead(b, *p, n)
+		return
+	case *protocol.FsWriteBlockParams:
+		appendBlockHead(b, *p, n)
+		return
+	case protocol.FsReadBlockResult:
+		b.WriteByte(0x82) // fixmap of 2
+		appendMsgpackStr(b, "eof")
+		if p.EOF {
+			b.WriteByte(0xc3)
+		} else {
+			b.WriteByte(0xc2)
+		}
+	case protocol.FsWriteBlockParams:
+		b.WriteByte(0x83) // fixmap of 3
+		appendMsgpackStr(b, "handleId")
+		appendMsgpackStr(b, p.HandleID)
+		appendMsgpackStr(b, "offset")
+		b.WriteByte(0xcf) // uint64
+		b.Write(binary.BigEndian.AppendUint64(nil, p.Offset))
+	}
+	appendMsgpackStr(b, "chunk")
+	b.WriteByte(0xc6) // bin32
+	b.Write(binary.BigEndian.AppendUint32(nil, uint32(n)))
+}
+
+// appendMsgpackStr encodes s in the shortest of fixstr, str8, str16 and
+// str32, as the library's encoder does.
+func appendMsgpackStr(b *bytes.Buffer, s string) {
+	switch n := len(s); {
+	case n < 32:
+		b.WriteByte(0xa0 | byte(n))
+	case n < 1<<8:
+		b.Write([]byte{0xd9, byte(n)})
+	case n < 1<<16:
+		b.Write([]byte{0xda, byte(n >> 8), byte(n)})
+	default:
+		b.WriteByte(0xdb)
+		b.Write(binary.BigEndian.AppendUint32(nil, uint32(n)))
+	}
+	b.WriteString(s)
 }
 
 func msgpackKindName(kind uint8) string {
