@@ -532,6 +532,7 @@ func (c *serverConn) writeMsg(m outMsg) error {
 		return c.mc.WriteError(c.ctx, m.id, m.err)
 	}
 	err := c.mc.WriteResult(c.ctx, m.id, m.result)
+	remotefs.ReleaseBlock(m.result) // written (or refused): its buffer is free
 	if errors.Is(err, transport.ErrMessageTooLarge) {
 		// Refused before anything was written (a 64 MiB file is 85 MiB in
 		// base64): answer with an error rather than drop the connection,

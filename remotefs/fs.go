@@ -849,7 +849,12 @@ func (s *Session) ReadBlock(p protocol.FsReadBlockParams) (any, error) {
 	if p.Offset > 1<<62 {
 		return nil, protocol.KindErrorf(protocol.KindInvalid, protocol.CodeInvalidParams, "invalid params for %s: offset out of range", protocol.MethodFsReadBlock)
 	}
-	buf := make([]byte, n)
+	var buf []byte
+	if n == pooledBlockBytes {
+		buf = *blockPool.Get().(*[]byte)
+	} else {
+		buf = make([]byte, n)
+	}
 	h.mu.Lock()
 	got, err := h.f.ReadAt(buf, int64(p.Offset))
 	h.account(p.Offset, buf[:got])
@@ -858,6 +863,25 @@ func (s *Session) ReadBlock(p protocol.FsReadBlockParams) (any, error) {
 		return nil, protocol.KindErrorf(errkind.Of(err, protocol.KindInternal), protocol.CodeInternal, "%s: handle %s: %v", protocol.MethodFsReadBlock, p.HandleID, err)
 	}
 	return protocol.FsReadBlockResult{Chunk: buf[:got], EOF: err == io.EOF || n == 0}, nil
+}
+
+// fs/readBlock buffers of the size clients ask for are pooled: a fresh
+// 1 MiB per block is memory the runtime zeroes and, handed back to the
+// kernel between GCs, faults in again (on a VM that reports free memory
+// to its host, from the host). The pool holds what the GC lets it: at
+// most the blocks in flight between two collections.
+const pooledBlockBytes = 1 << 20
+
+var blockPool = sync.Pool{New: func() any { b := make([]byte, pooledBlockBytes); return &b }}
+
+// ReleaseBlock gives the buffer of an fs/readBlock result back once the
+// result has been written (and is not used again); any other result is
+// left alone.
+func ReleaseBlock(result any) {
+	if r, ok := result.(protocol.FsReadBlockResult); ok && cap(r.Chunk) == pooledBlockBytes {
+		b := r.Chunk[:pooledBlockBytes]
+		blockPool.Put(&b)
+	}
 }
 
 func (s *Session) WriteBlock(p protocol.FsWriteBlockParams) (any, error) {

@@ -1,6 +1,7 @@
 package remotefs
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -497,4 +498,33 @@ func TestHandlesDigestInTheAlgorithmAskedFor(t *testing.T) {
 	if entries, _ := os.ReadDir(dir); len(entries) != 3 {
 		t.Fatalf("refused calls left files: %v", entries)
 	}
+}
+
+// Pooled read buffers come back with the right bytes whatever block they
+// held before, and only buffers of the pooled size go back to the pool.
+func TestReadBlockBuffersAreReusedCleanly(t *testing.T) {
+	sess := NewSession(fsTestConfig(t), "test")
+	p := filepath.Join(t.TempDir(), "f")
+	data := make([]byte, 3*pooledBlockBytes-5)
+	for i := range data {
+		data[i] = byte(rand.IntN(256))
+	}
+	os.WriteFile(p, data, 0o644)
+	if _, err := sess.Open(protocol.FsOpenParams{HandleID: "r", Path: p}); err != nil {
+		t.Fatal(err)
+	}
+	for _, off := range []int{2 * pooledBlockBytes, 0, pooledBlockBytes, 0} {
+		res, err := sess.ReadBlock(protocol.FsReadBlockParams{HandleID: "r", Offset: uint64(off), Len: pooledBlockBytes})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := res.(protocol.FsReadBlockResult).Chunk
+		if !bytes.Equal(got, data[off:min(off+pooledBlockBytes, len(data))]) {
+			t.Fatalf("block at %d differs", off)
+		}
+		ReleaseBlock(res)
+	}
+	small := make([]byte, 10, 100)
+	ReleaseBlock(protocol.FsReadBlockResult{Chunk: small}) // not the pool's size: left alone
+	ReleaseBlock(protocol.Empty{})
 }
