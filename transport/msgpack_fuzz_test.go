@@ -124,6 +124,8 @@ func mpDecodeEverything(m *Message) {
 	_ = p.Decode(&protocol.ExecParams{})
 	_ = p.Decode(&protocol.ReadResult{})
 	_ = p.Decode(&protocol.OutputNotification{})
+	_ = p.Decode(&protocol.FsReadBlockResult{})
+	_ = p.Decode(&protocol.FsWriteBlockParams{})
 	_ = p.Decode(&map[string]any{})
 	_ = p.Decode(&[]any{})
 	_ = p.Decode(&map[any]any{})
@@ -343,4 +345,64 @@ func mpHandBody(t *testing.T, kind uint8, id ID, method string, payload []byte) 
 func mpAccepts(body []byte) bool {
 	_, err := DecodeMsgpackMessage(body)
 	return err == nil
+}
+
+// FuzzMsgpackBlockFastPaths: whatever the file-block fast paths accept,
+// the general decoder accepts with the same values; and a block written
+// from where it is (handle id, offset and chunk size the fuzzer's) reads
+// back exactly through both.
+func FuzzMsgpackBlockFastPaths(f *testing.F) {
+	f.Add([]byte{0x82, 0xa5, 'c', 'h', 'u', 'n', 'k', 0xc4, 1, 7, 0xa3, 'e', 'o', 'f', 0xc3}, "h", uint64(0), uint16(0))
+	f.Add([]byte{0x83}, "a-handle", uint64(1)<<62, uint16(300))
+	f.Fuzz(func(t *testing.T, body []byte, handle string, off uint64, extra uint16) {
+		var fr, gr protocol.FsReadBlockResult
+		if decodeReadBlockMsgpack(body, &fr) {
+			if err := msgpack.Unmarshal(body, &gr); err != nil || !bytes.Equal(fr.Chunk, gr.Chunk) || fr.EOF != gr.EOF {
+				t.Fatalf("readBlock fast path %+v, general %+v (%v)", fr, gr, err)
+			}
+		}
+		var fw, gw protocol.FsWriteBlockParams
+		if decodeWriteBlockMsgpack(body, &fw) {
+			if err := msgpack.Unmarshal(body, &gw); err != nil || !bytes.Equal(fw.Chunk, gw.Chunk) || fw.HandleID != gw.HandleID || fw.Offset != gw.Offset {
+				t.Fatalf("writeBlock fast path %+v, general %+v (%v)", fw.HandleID, gw.HandleID, err)
+			}
+		}
+		chunk := bytes.Repeat(append([]byte{byte(extra)}, body...), 1+(blockChunkMin+int(extra))/(len(body)+1))
+		for _, payload := range []any{
+			protocol.FsWriteBlockParams{HandleID: handle, Offset: off, Chunk: chunk},
+			&protocol.FsReadBlockResult{Chunk: chunk, EOF: extra%2 == 0},
+		} {
+			buf := newMpBuf(nil)
+			if err := NewMsgpackConn(buf, 0).WriteRequest(context.Background(), ID{Num: 1}, "m", payload); err != nil {
+				t.Fatal(err)
+			}
+			m, err := NewMsgpackConn(newMpBuf(buf.out.Bytes()), 0).ReadMessage(context.Background())
+			if err != nil {
+				t.Fatalf("reading back: %v", err)
+			}
+			raw := []byte(m.Params.(msgpackParams))
+			switch want := payload.(type) {
+			case protocol.FsWriteBlockParams:
+				var fast, general protocol.FsWriteBlockParams
+				if !decodeWriteBlockMsgpack(raw, &fast) || msgpack.Unmarshal(raw, &general) != nil {
+					t.Fatal("a written block does not decode")
+				}
+				for _, got := range []protocol.FsWriteBlockParams{fast, general} {
+					if got.HandleID != want.HandleID || got.Offset != want.Offset || !bytes.Equal(got.Chunk, want.Chunk) {
+						t.Fatalf("changed: %q %d", got.HandleID, got.Offset)
+					}
+				}
+			case *protocol.FsReadBlockResult:
+				var fast, general protocol.FsReadBlockResult
+				if !decodeReadBlockMsgpack(raw, &fast) || msgpack.Unmarshal(raw, &general) != nil {
+					t.Fatal("a written block does not decode")
+				}
+				for _, got := range []protocol.FsReadBlockResult{fast, general} {
+					if got.EOF != want.EOF || !bytes.Equal(got.Chunk, want.Chunk) {
+						t.Fatal("changed")
+					}
+				}
+			}
+		}
+	})
 }
