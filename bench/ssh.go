@@ -3,13 +3,12 @@ package main
 import (
 	"fmt"
 	"net"
-	"os"
 	"os/exec"
-	"os/user"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"time"
+
+	"github.com/outpost-exec/outpost/internal/peers"
 )
 
 // sshPeer is a throwaway sshd on loopback with temporary host and client
@@ -20,62 +19,21 @@ type sshPeer struct {
 }
 
 func startSSH(dir string) (*sshPeer, error) {
-	sshdBin, err := exec.LookPath("sshd")
-	if err != nil {
-		if sshdBin, err = exec.LookPath("/usr/sbin/sshd"); err != nil {
-			return nil, fmt.Errorf("sshd not found (apt-get install openssh-server)")
-		}
-	}
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, err
-	}
-	for _, k := range []string{"host", "client"} {
-		if out, err := exec.Command("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", filepath.Join(dir, k)).CombinedOutput(); err != nil {
-			return nil, fmt.Errorf("ssh-keygen: %v: %s", err, out)
-		}
-	}
-	pub, err := os.ReadFile(filepath.Join(dir, "client.pub"))
-	if err != nil {
-		return nil, err
-	}
-	if err := os.WriteFile(filepath.Join(dir, "authorized_keys"), pub, 0o600); err != nil {
-		return nil, err
-	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
 	}
 	port := strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
 	ln.Close()
-	u, err := user.Current()
+	sd, err := peers.PrepareSSHD(dir, "127.0.0.1", port)
 	if err != nil {
 		return nil, err
 	}
-	cfg := strings.Join([]string{
-		"Port " + port,
-		"ListenAddress 127.0.0.1",
-		"HostKey " + filepath.Join(dir, "host"),
-		"AuthorizedKeysFile " + filepath.Join(dir, "authorized_keys"),
-		"PidFile " + filepath.Join(dir, "sshd.pid"),
-		"PasswordAuthentication no",
-		"KbdInteractiveAuthentication no",
-		"PermitRootLogin prohibit-password",
-		"StrictModes no",
-		"UsePAM no",
-		"MaxSessions 100",
-		"MaxStartups 100",
-		"LogLevel ERROR",
-		"Subsystem sftp internal-sftp", // scp speaks SFTP since OpenSSH 9
-	}, "\n") + "\n"
-	if err := os.WriteFile(filepath.Join(dir, "sshd_config"), []byte(cfg), 0o600); err != nil {
-		return nil, err
-	}
-	os.MkdirAll("/run/sshd", 0o755) // privilege separation directory
-	cmd := exec.Command(sshdBin, "-D", "-e", "-f", filepath.Join(dir, "sshd_config"))
+	cmd := exec.Command(sd.Bin, "-D", "-e", "-f", sd.Config)
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
-	s := &sshPeer{dir: dir, port: port, user: u.Username, sshd: cmd}
+	s := &sshPeer{dir: dir, port: port, user: sd.User, sshd: cmd}
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
 		if err := s.command(false, "true").Run(); err == nil {
 			return s, nil

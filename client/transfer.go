@@ -7,8 +7,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"github.com/outpost-exec/outpost/internal/digest"
-	"github.com/outpost-exec/outpost/internal/fsio"
 	"io"
 	"io/fs"
 	"os"
@@ -20,6 +18,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/outpost-exec/outpost/internal/digest"
+	"github.com/outpost-exec/outpost/internal/fsio"
 	"github.com/outpost-exec/outpost/protocol"
 )
 

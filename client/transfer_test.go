@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
-	"github.com/outpost-exec/outpost/protocol"
 	"io"
 	"io/fs"
 	"net"
@@ -17,6 +16,7 @@ import (
 	"testing"
 
 	"github.com/outpost-exec/outpost/executor"
+	"github.com/outpost-exec/outpost/protocol"
 )
 
 // makeTree writes a tree with an executable, a nested private file, a

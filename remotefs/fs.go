@@ -3,8 +3,6 @@ package remotefs
 import (
 	"encoding/json"
 	"errors"
-	"github.com/outpost-exec/outpost/internal/digest"
-	"github.com/outpost-exec/outpost/internal/fsio"
 	"hash"
 	"io"
 	"io/fs"
@@ -18,7 +16,9 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/outpost-exec/outpost/internal/digest"
 	"github.com/outpost-exec/outpost/internal/errkind"
+	"github.com/outpost-exec/outpost/internal/fsio"
 	"github.com/outpost-exec/outpost/pathmap"
 	"github.com/outpost-exec/outpost/protocol"
 	"github.com/outpost-exec/outpost/sandbox"

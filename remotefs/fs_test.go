@@ -6,13 +6,13 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"github.com/outpost-exec/outpost/internal/digest"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/outpost-exec/outpost/internal/digest"
 	"github.com/outpost-exec/outpost/protocol"
 )
 

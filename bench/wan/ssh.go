@@ -4,14 +4,13 @@ import (
 	"context"
 	"fmt"
 	"net"
-	"os"
 	"os/exec"
-	"os/user"
 	"path/filepath"
 	"strings"
 	"time"
 
 	"github.com/outpost-exec/outpost/bench/wan/netem"
+	"github.com/outpost-exec/outpost/internal/peers"
 )
 
 // sshPeer is a throwaway sshd in the executor's namespace with temporary
@@ -23,54 +22,12 @@ type sshPeer struct {
 }
 
 func startSSH(ctx context.Context, ns *netem.NS, dir, addr string) (*sshPeer, error) {
-	sshdBin, err := exec.LookPath("sshd")
-	if err != nil {
-		if sshdBin, err = exec.LookPath("/usr/sbin/sshd"); err != nil {
-			return nil, fmt.Errorf("sshd not found (apt-get install openssh-server)")
-		}
-	}
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, err
-	}
-	for _, k := range []string{"host", "client"} {
-		if out, err := exec.Command("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", filepath.Join(dir, k)).CombinedOutput(); err != nil {
-			return nil, fmt.Errorf("ssh-keygen: %v: %s", err, out)
-		}
-	}
-	pub, err := os.ReadFile(filepath.Join(dir, "client.pub"))
+	sd, err := peers.PrepareSSHD(dir, addr, "22")
 	if err != nil {
 		return nil, err
 	}
-	if err := os.WriteFile(filepath.Join(dir, "authorized_keys"), pub, 0o600); err != nil {
-		return nil, err
-	}
-	u, err := user.Current()
-	if err != nil {
-		return nil, err
-	}
-	cfg := strings.Join([]string{
-		"Port 22",
-		"ListenAddress " + addr,
-		"HostKey " + filepath.Join(dir, "host"),
-		"AuthorizedKeysFile " + filepath.Join(dir, "authorized_keys"),
-		"PidFile " + filepath.Join(dir, "sshd.pid"),
-		"PasswordAuthentication no",
-		"KbdInteractiveAuthentication no",
-		"PermitRootLogin prohibit-password",
-		"StrictModes no",
-		"UsePAM no",
-		"UseDNS no",
-		"MaxSessions 100",
-		"MaxStartups 100",
-		"LogLevel ERROR",
-		"Subsystem sftp internal-sftp", // scp speaks SFTP since OpenSSH 9
-	}, "\n") + "\n"
-	if err := os.WriteFile(filepath.Join(dir, "sshd_config"), []byte(cfg), 0o600); err != nil {
-		return nil, err
-	}
-	os.MkdirAll("/run/sshd", 0o755) // privilege separation directory
-	s := &sshPeer{dir: dir, addr: addr, user: u.Username}
-	if s.sshd, _, err = startProc(ctx, ns, "sshd", nil, false, sshdBin, "-D", "-e", "-f", filepath.Join(dir, "sshd_config")); err != nil {
+	s := &sshPeer{dir: dir, addr: addr, user: sd.User}
+	if s.sshd, _, err = startProc(ctx, ns, "sshd", nil, false, sd.Bin, "-D", "-e", "-f", sd.Config); err != nil {
 		return nil, err
 	}
 	return s, nil

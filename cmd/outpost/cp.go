@@ -4,7 +4,6 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"github.com/outpost-exec/outpost/protocol"
 	"io"
 	iofs "io/fs"
 	"os"
@@ -16,6 +15,7 @@ import (
 	"time"
 
 	"github.com/outpost-exec/outpost/client"
+	"github.com/outpost-exec/outpost/protocol"
 	"github.com/outpost-exec/outpost/sandbox"
 )
 
