@@ -1,6 +1,7 @@
 package client
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"io"
@@ -208,10 +209,18 @@ func (f *Files) handleID() string { return "h" + strconv.FormatInt(f.r.nextID.Ad
 // Open opens a file for streamed reading.
 func (f *Files) Open(ctx context.Context, name string) (*FileReader, error) {
 	id := f.handleID()
-	if err := f.call(ctx, false, protocol.MethodFsOpen, name, protocol.FsOpenParams{HandleID: id, Path: name, Sandbox: f.Sandbox, Digest: f.Digest}, nil); err != nil {
+	var res protocol.FsHandleResult
+	if err := f.call(ctx, false, protocol.MethodFsOpen, name, protocol.FsOpenParams{HandleID: id, Path: name, Sandbox: f.Sandbox, Digest: f.Digest}, &res); err != nil {
 		return nil, err
 	}
-	return &FileReader{f: f, ctx: ctx, name: name, id: id}, nil
+	return &FileReader{f: f, ctx: ctx, name: name, id: id, alg: handleDigest(res)}, nil
+}
+
+// handleDigest is the algorithm of a handle's running digest, as the
+// executor answered fs/open or fs/create: one from before named digests
+// says nothing, and computes sha256 whatever was asked.
+func handleDigest(res protocol.FsHandleResult) string {
+	return cmp.Or(res.Digest, protocol.DigestSHA256)
 }
 
 // FileReader reads a remote file block by block, keeping up to eight
@@ -221,6 +230,7 @@ type FileReader struct {
 	ctx  context.Context
 	name string
 	id   string
+	alg  string // the executor's running digest's algorithm
 
 	next    uint64 // offset of the next block to request
 	pending []chan blockResult
@@ -231,15 +241,18 @@ type FileReader struct {
 	digest  *protocol.FsHashResult
 }
 
-// Sum is the executor's digest (hex, in the algorithm of the Files that
-// opened it) and size of what was read, known after Close when the whole
-// file was read in order.
+// Sum is the executor's digest (hex, in DigestAlgorithm) and size of what
+// was read, known after Close when the whole file was read in order.
 func (r *FileReader) Sum() (sum string, size int64, ok bool) {
-	if r.digest == nil || r.digest.Sum(r.f.Digest) == "" {
+	if r.digest == nil || r.digest.Sum(r.alg) == "" {
 		return "", 0, false
 	}
-	return r.digest.Sum(r.f.Digest), int64(r.digest.Size), true
+	return r.digest.Sum(r.alg), int64(r.digest.Size), true
 }
+
+// DigestAlgorithm is the algorithm of Sum: the Files' Digest, or
+// protocol.DigestSHA256 from an executor that does not know named digests.
+func (r *FileReader) DigestAlgorithm() string { return r.alg }
 
 type blockResult struct {
 	res protocol.FsReadBlockResult
@@ -339,10 +352,11 @@ func (r *FileReader) Close() error {
 func (f *Files) Create(ctx context.Context, name string, perm os.FileMode) (*FileWriter, error) {
 	id := f.handleID()
 	mode := uint32(perm.Perm())
-	if err := f.call(ctx, false, protocol.MethodFsCreate, name, protocol.FsCreateParams{HandleID: id, Path: name, Mode: &mode, Sandbox: f.Sandbox, Digest: f.Digest}, nil); err != nil {
+	var res protocol.FsHandleResult
+	if err := f.call(ctx, false, protocol.MethodFsCreate, name, protocol.FsCreateParams{HandleID: id, Path: name, Mode: &mode, Sandbox: f.Sandbox, Digest: f.Digest}, &res); err != nil {
 		return nil, err
 	}
-	return &FileWriter{f: f, ctx: ctx, name: name, id: id, slots: make(chan struct{}, window)}, nil
+	return &FileWriter{f: f, ctx: ctx, name: name, id: id, alg: handleDigest(res), slots: make(chan struct{}, window)}, nil
 }
 
 // FileWriter writes a remote file in 1 MiB blocks, up to eight in flight;
@@ -352,6 +366,7 @@ type FileWriter struct {
 	ctx   context.Context
 	name  string
 	id    string
+	alg   string // the executor's running digest's algorithm
 	off   uint64
 	buf   []byte
 	slots chan struct{}
@@ -363,15 +378,19 @@ type FileWriter struct {
 	digest *protocol.FsHashResult
 }
 
-// Sum is the executor's digest (hex, in the algorithm of the Files that
-// created it) and size of the written file, known after a successful
-// Close (the executor hashes blocks as they land).
+// Sum is the executor's digest (hex, in DigestAlgorithm) and size of the
+// written file, known after a successful Close (the executor hashes blocks
+// as they land).
 func (w *FileWriter) Sum() (sum string, size int64, ok bool) {
-	if w.digest == nil || w.digest.Sum(w.f.Digest) == "" {
+	if w.digest == nil || w.digest.Sum(w.alg) == "" {
 		return "", 0, false
 	}
-	return w.digest.Sum(w.f.Digest), int64(w.digest.Size), true
+	return w.digest.Sum(w.alg), int64(w.digest.Size), true
 }
+
+// DigestAlgorithm is the algorithm of Sum: the Files' Digest, or
+// protocol.DigestSHA256 from an executor that does not know named digests.
+func (w *FileWriter) DigestAlgorithm() string { return w.alg }
 
 func (w *FileWriter) failed() error {
 	w.mu.Lock()

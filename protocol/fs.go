@@ -177,6 +177,10 @@ type FsCreateSymlinkParams struct {
 // FsHandleResult names an open handle.
 type FsHandleResult struct {
 	HandleID string `json:"handleId" msgpack:"handleId"`
+	// Digest is the algorithm of the handle's running digest (outpost
+	// addition). Executors from before named digests leave it out: theirs
+	// is DigestSHA256, whatever was asked.
+	Digest string `json:"digest,omitempty" msgpack:"digest,omitempty"`
 }
 
 // FsReadBlockParams read up to Len bytes at Offset.

@@ -1,6 +1,7 @@
 package remotefs
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"hash"
@@ -809,7 +810,7 @@ func (s *Session) Open(p protocol.FsOpenParams) (any, error) {
 		f.Close()
 		return nil, err
 	}
-	return protocol.FsHandleResult{HandleID: p.HandleID}, nil
+	return protocol.FsHandleResult{HandleID: p.HandleID, Digest: cmp.Or(p.Digest, protocol.DigestSHA256)}, nil
 }
 
 func (s *Session) Create(p protocol.FsCreateParams) (any, error) {
@@ -834,7 +835,7 @@ func (s *Session) Create(p protocol.FsCreateParams) (any, error) {
 		h.discard()
 		return nil, err
 	}
-	return protocol.FsHandleResult{HandleID: p.HandleID}, nil
+	return protocol.FsHandleResult{HandleID: p.HandleID, Digest: cmp.Or(p.Digest, protocol.DigestSHA256)}, nil
 }
 
 func (s *Session) ReadBlock(p protocol.FsReadBlockParams) (any, error) {

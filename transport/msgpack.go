@@ -353,11 +353,15 @@ func blockChunk(payload any) ([]byte, bool) {
 	case protocol.FsReadBlockResult:
 		chunk = p.Chunk
 	case *protocol.FsReadBlockResult:
-		chunk = p.Chunk
+		if p != nil {
+			chunk = p.Chunk
+		}
 	case protocol.FsWriteBlockParams:
 		chunk = p.Chunk
 	case *protocol.FsWriteBlockParams:
-		chunk = p.Chunk
+		if p != nil {
+			chunk = p.Chunk
+		}
 	}
 	return chunk, len(chunk) >= blockChunkMin && len(chunk) <= math.MaxUint32
 }

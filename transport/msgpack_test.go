@@ -1127,3 +1127,14 @@ func TestMsgpackBlocksWrittenInPlaceArriveWhole(t *testing.T) {
 type nopConn struct{ net.Conn }
 
 func (nopConn) Write(p []byte) (int, error) { return len(p), nil }
+
+// A nil block pointer is a nil payload, as any nil pointer: encoded as
+// msgpack nil, never dereferenced.
+func TestMsgpackNilBlockPayloadIsNil(t *testing.T) {
+	ctx := context.Background()
+	for _, payload := range []any{(*protocol.FsWriteBlockParams)(nil), (*protocol.FsReadBlockResult)(nil)} {
+		if err := NewMsgpackConn(newMpBuf(nil), 0).WriteRequest(ctx, ID{Num: 1}, "fs/writeBlock", payload); err != nil {
+			t.Errorf("writing a nil %T: %v", payload, err)
+		}
+	}
+}
