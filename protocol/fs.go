@@ -177,9 +177,10 @@ type FsCreateSymlinkParams struct {
 // FsHandleResult names an open handle.
 type FsHandleResult struct {
 	HandleID string `json:"handleId" msgpack:"handleId"`
-	// Digest is the algorithm of the handle's running digest (outpost
-	// addition). Executors from before named digests leave it out: theirs
-	// is DigestSHA256, whatever was asked.
+	// Digest is the algorithm of the handle's running digest, when the
+	// request named one (outpost addition; a codex client sees the result
+	// it knows). Absent, it is DigestSHA256 — also from executors before
+	// named digests, whatever was asked.
 	Digest string `json:"digest,omitempty" msgpack:"digest,omitempty"`
 }
 

@@ -1,7 +1,6 @@
 package remotefs
 
 import (
-	"cmp"
 	"encoding/json"
 	"errors"
 	"hash"
@@ -810,7 +809,7 @@ func (s *Session) Open(p protocol.FsOpenParams) (any, error) {
 		f.Close()
 		return nil, err
 	}
-	return protocol.FsHandleResult{HandleID: p.HandleID, Digest: cmp.Or(p.Digest, protocol.DigestSHA256)}, nil
+	return protocol.FsHandleResult{HandleID: p.HandleID, Digest: p.Digest}, nil
 }
 
 func (s *Session) Create(p protocol.FsCreateParams) (any, error) {
@@ -835,7 +834,7 @@ func (s *Session) Create(p protocol.FsCreateParams) (any, error) {
 		h.discard()
 		return nil, err
 	}
-	return protocol.FsHandleResult{HandleID: p.HandleID, Digest: cmp.Or(p.Digest, protocol.DigestSHA256)}, nil
+	return protocol.FsHandleResult{HandleID: p.HandleID, Digest: p.Digest}, nil
 }
 
 func (s *Session) ReadBlock(p protocol.FsReadBlockParams) (any, error) {
