@@ -23,6 +23,12 @@ const (
 	// maxPendingReplies bounds replies queued for the writer; a handler
 	// that would exceed it waits.
 	maxPendingReplies = 256
+	// maxPendingReplyBytes bounds the file data queued replies hold
+	// (fs/readFile's and fs/readBlock's, allocated for the reply): a
+	// handler whose reply would pass it waits until the writer has sent
+	// enough, unless nothing is queued. Without it 256 replies of 64 MiB
+	// files would be 16 GiB for one client that stops reading.
+	maxPendingReplyBytes = 64 << 20
 	// laneTurnEvents and laneTurnBytes bound what one process may send in
 	// one turn of the writer's round robin, so a process with a flood of
 	// output cannot delay another's events or any reply by more than one
@@ -559,6 +565,20 @@ type outMsg struct {
 	id     transport.ID
 	result any
 	err    *protocol.Error
+	bytes  int // file data the result holds (replyBytes)
+}
+
+// replyBytes is the file data a result holds that was allocated for it;
+// other results reference what the executor keeps anyway (process output
+// in its retention buffers) or are small.
+func replyBytes(result any) int {
+	switch r := result.(type) {
+	case protocol.FsReadBlockResult:
+		return len(r.Chunk)
+	case protocol.FsReadFileResult:
+		return len(r.Data)
+	}
+	return 0
 }
 
 // lane is one process's pushed events on one connection.
@@ -580,6 +600,7 @@ type outbox struct {
 	mu       sync.Mutex
 	notFull  *sync.Cond
 	replies  []outMsg
+	bytes    int // the replies' replyBytes together
 	ready    []*lane
 	lanes    map[*lane]struct{}
 	wake     chan struct{}
@@ -602,8 +623,9 @@ func (o *outbox) kick() {
 // reply queues a reply, waiting while the queue is full. It returns false
 // once the outbox has shut down.
 func (o *outbox) reply(m outMsg) bool {
+	m.bytes = replyBytes(m.result)
 	o.mu.Lock()
-	for len(o.replies) >= maxPendingReplies && !o.shutDown {
+	for !o.shutDown && (len(o.replies) >= maxPendingReplies || len(o.replies) > 0 && o.bytes+m.bytes > maxPendingReplyBytes) {
 		o.notFull.Wait()
 	}
 	if o.shutDown {
@@ -611,6 +633,7 @@ func (o *outbox) reply(m outMsg) bool {
 		return false
 	}
 	o.replies = append(o.replies, m)
+	o.bytes += m.bytes
 	o.mu.Unlock()
 	o.kick()
 	return true
@@ -678,7 +701,8 @@ func (o *outbox) next(ctx context.Context) (outMsg, *lane, bool) {
 			m := o.replies[0]
 			o.replies[0] = outMsg{}
 			o.replies = o.replies[1:]
-			o.notFull.Signal()
+			o.bytes -= m.bytes
+			o.notFull.Broadcast() // a waiter may need bytes, not just a slot
 			o.mu.Unlock()
 			return m, nil, true
 		}
