@@ -941,6 +941,12 @@ func (t *transfer) within(files *Files, src string, dst *remoteDst, info fs.File
 			continue
 		}
 		want, wsize, err := files.Hash(t.ctx, e.from)
+		if protocol.KindOf(err) == protocol.KindUnsupported {
+			// An executor from before named digests: both sides are
+			// its files, so its sha256 compares them as well.
+			files = files.withDigest(protocol.DigestSHA256)
+			want, wsize, err = files.Hash(t.ctx, e.from)
+		}
 		if err != nil {
 			return t.res, err
 		}

@@ -79,7 +79,11 @@ func TestTransfersWithAnExecutorWithoutNamedDigestsCheckWithSHA256(t *testing.T)
 	if _, err := CopyBetween(ctx, old, down, cur, between, TransferOptions{}); err != nil {
 		t.Fatalf("between: %v", err)
 	}
-	for _, p := range []string{up, down, between} {
+	within := filepath.Join(dir, "within")
+	if _, err := CopyWithin(ctx, old, up, within, TransferOptions{Verify: true}); err != nil {
+		t.Fatalf("within, verified: %v", err)
+	}
+	for _, p := range []string{up, down, between, within} {
 		if got, _ := os.ReadFile(p); !bytes.Equal(got, data) {
 			t.Fatalf("%s: %d bytes, want the source's %d", p, len(got), len(data))
 		}
