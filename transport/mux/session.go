@@ -698,7 +698,11 @@ func (s *Session) incoming(id uint32) (*Stream, error) {
 		return nil, protoErr("SYN for stream %d: wrong parity or not increasing", id)
 	}
 	s.lastPeerID = id
-	if s.goAwaySent || s.inbound >= s.cfg.MaxStreams {
+	// A full backlog refuses before the stream is registered, so a flood
+	// never holds more than the backlog, not even for an instant. This
+	// loop is accept's only sender: room seen here is still there at the
+	// send below.
+	if s.goAwaySent || s.inbound >= s.cfg.MaxStreams || len(s.accept) >= cap(s.accept) {
 		s.mu.Unlock()
 		return nil, s.queueCtrl(ctrlFrame{typ: typeData, flags: flagRST, id: id})
 	}
