@@ -4,7 +4,6 @@ package relay
 
 import (
 	"bytes"
-	"context"
 	"crypto/sha256"
 	"errors"
 	"io"
@@ -15,8 +14,6 @@ import (
 	"sync"
 	"testing"
 	"time"
-
-	"go.uber.org/zap/zaptest"
 
 	"github.com/outpost-exec/outpost/client"
 	"github.com/outpost-exec/outpost/executor"
@@ -30,25 +27,7 @@ import (
 // a proxy in front of it) with dataConns data connections.
 func joinVia(t *testing.T, relayURL, id, token string, k identity.Key, dataConns int) *testExecutor {
 	t.Helper()
-	cfg := executor.DefaultConfig()
-	cfg.Logger = zaptest.NewLogger(t)
-	srv, err := executor.NewServer(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	e := &testExecutor{srv: srv, key: k, cancel: cancel, done: make(chan error, 1), joined: make(chan struct{}, 16)}
-	go func() {
-		e.done <- srv.Join(ctx, executor.JoinConfig{RelayURL: relayURL, Key: k.Keypair(), ID: id, Token: token, DataConns: dataConns,
-			Joined: func() { e.joined <- struct{}{} }})
-	}()
-	t.Cleanup(func() {
-		cancel()
-		<-e.done
-		sctx, c := context.WithTimeout(context.Background(), testTimeout)
-		defer c()
-		srv.Shutdown(sctx)
-	})
+	e := startJoined(t, k, executor.JoinConfig{RelayURL: relayURL, ID: id, Token: token, DataConns: dataConns})
 	e.waitJoined(t)
 	return e
 }
@@ -102,42 +81,26 @@ type recordingFront struct {
 }
 
 func startRecordingFront(t *testing.T, addr string) *recordingFront {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	f := &recordingFront{ln: ln}
-	t.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			u, err := net.Dial("tcp", addr)
-			if err != nil {
-				c.Close()
-				continue
-			}
-			f.mu.Lock()
-			i := len(f.conns)
-			f.conns = append(f.conns, nil)
-			f.first = append(f.first, nil)
-			f.mu.Unlock()
-			rec := func(up bool) io.Writer {
-				return writerFunc(func(p []byte) {
-					f.mu.Lock()
-					f.conns[i] = append(f.conns[i], p...)
-					if up && len(f.first[i]) < 8<<10 {
-						f.first[i] = append(f.first[i], p...)
-					}
-					f.mu.Unlock()
-				})
-			}
-			go func() { io.Copy(c, io.TeeReader(u, rec(false))); c.Close(); u.Close() }()
-			go func() { io.Copy(u, io.TeeReader(c, rec(true))); u.Close(); c.Close() }()
+	f := &recordingFront{}
+	f.ln = listenForwarding(t, addr, func(c, u net.Conn) {
+		f.mu.Lock()
+		i := len(f.conns)
+		f.conns = append(f.conns, nil)
+		f.first = append(f.first, nil)
+		f.mu.Unlock()
+		rec := func(up bool) io.Writer {
+			return writerFunc(func(p []byte) {
+				f.mu.Lock()
+				f.conns[i] = append(f.conns[i], p...)
+				if up && len(f.first[i]) < 8<<10 {
+					f.first[i] = append(f.first[i], p...)
+				}
+				f.mu.Unlock()
+			})
 		}
-	}()
+		go func() { io.Copy(c, io.TeeReader(u, rec(false))); c.Close(); u.Close() }()
+		go func() { io.Copy(u, io.TeeReader(c, rec(true))); u.Close(); c.Close() }()
+	})
 	return f
 }
 

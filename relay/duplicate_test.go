@@ -257,19 +257,33 @@ type cutProxy struct {
 }
 
 func startCutProxy(t *testing.T, target string) *cutProxy {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &cutProxy{ln: ln}
+	p := &cutProxy{}
 	t.Cleanup(func() {
-		ln.Close()
 		p.mu.Lock()
 		defer p.mu.Unlock()
 		for _, c := range append(p.down, p.up...) {
 			c.Close()
 		}
 	})
+	p.ln = listenForwarding(t, target, func(c, u net.Conn) {
+		p.mu.Lock()
+		p.down, p.up = append(p.down, c), append(p.up, u)
+		p.mu.Unlock()
+		// Neither copy closes u when it stops: that is the cut.
+		go io.Copy(u, c)
+		go io.Copy(c, u)
+	})
+	return p
+}
+
+// listenForwarding accepts TCP connections on loopback until the test
+// ends and hands each, with a fresh connection to target, to pair.
+func listenForwarding(t *testing.T, target string, pair func(down, up net.Conn)) net.Listener {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
 	go func() {
 		for {
 			c, err := ln.Accept()
@@ -281,15 +295,10 @@ func startCutProxy(t *testing.T, target string) *cutProxy {
 				c.Close()
 				continue
 			}
-			p.mu.Lock()
-			p.down, p.up = append(p.down, c), append(p.up, u)
-			p.mu.Unlock()
-			// Neither copy closes u when it stops: that is the cut.
-			go io.Copy(u, c)
-			go io.Copy(c, u)
+			pair(c, u)
 		}
 	}()
-	return p
+	return ln
 }
 
 func (p *cutProxy) cut() {

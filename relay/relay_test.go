@@ -96,6 +96,13 @@ type testExecutor struct {
 // join starts an executor joined to r as id.
 func join(t *testing.T, r *testRelay, id, token string, k identity.Key, authorize func([]byte) error) *testExecutor {
 	t.Helper()
+	return startJoined(t, k, executor.JoinConfig{RelayURL: r.url(), ID: id, Token: token, Authorize: authorize})
+}
+
+// startJoined starts an executor with key k joining as jc says (its Key
+// and Joined are filled in); it is stopped when the test ends.
+func startJoined(t *testing.T, k identity.Key, jc executor.JoinConfig) *testExecutor {
+	t.Helper()
 	cfg := executor.DefaultConfig()
 	cfg.Logger = zaptest.NewLogger(t)
 	srv, err := executor.NewServer(cfg)
@@ -104,10 +111,8 @@ func join(t *testing.T, r *testRelay, id, token string, k identity.Key, authoriz
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	e := &testExecutor{srv: srv, key: k, cancel: cancel, done: make(chan error, 1), joined: make(chan struct{}, 16)}
-	go func() {
-		e.done <- srv.Join(ctx, executor.JoinConfig{RelayURL: r.url(), Key: k.Keypair(), ID: id, Token: token, Authorize: authorize,
-			Joined: func() { e.joined <- struct{}{} }})
-	}()
+	jc.Key, jc.Joined = k.Keypair(), func() { e.joined <- struct{}{} }
+	go func() { e.done <- srv.Join(ctx, jc) }()
 	t.Cleanup(func() {
 		cancel()
 		<-e.done
