@@ -295,7 +295,7 @@ func (b *bench) timed(metric, target string, n int, f func() error) {
 		}
 		d = append(d, time.Since(t0))
 	}
-	p50, p99 := percentiles(d)
+	p50, p99 := peers.Percentiles(d)
 	b.add(Result{Metric: metric, Target: target, Runs: n, P50Ms: f64(p50), P99Ms: f64(p99)})
 }
 

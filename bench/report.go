@@ -3,7 +3,6 @@ package main
 import (
 	"fmt"
 	"io"
-	"sort"
 	"strings"
 	"time"
 )
@@ -98,17 +97,6 @@ func compare(rs []Result) {
 			}
 		}
 	}
-}
-
-// percentiles returns p50 and p99 in milliseconds.
-func percentiles(d []time.Duration) (p50, p99 float64) {
-	if len(d) == 0 {
-		return 0, 0
-	}
-	s := append([]time.Duration(nil), d...)
-	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
-	at := func(q float64) float64 { return float64(s[int(q*float64(len(s)-1))]) / float64(time.Millisecond) }
-	return at(0.50), at(0.99)
 }
 
 // writeMarkdown prints the table.

@@ -51,13 +51,3 @@ func TestMarkdownShowsSkippedRowsWithTheirReason(t *testing.T) {
 		t.Fatal(buf.String())
 	}
 }
-
-func TestPercentiles(t *testing.T) {
-	var d []time.Duration
-	for i := 1; i <= 100; i++ {
-		d = append(d, time.Duration(i)*time.Millisecond)
-	}
-	if p50, p99 := percentiles(d); p50 != 50 || p99 != 99 {
-		t.Fatalf("p50 %v p99 %v", p50, p99)
-	}
-}

@@ -344,15 +344,7 @@ func (h *harness) startServices(ctx context.Context) error {
 		return fmt.Errorf("relay printed %q, not outpost://HOST:PORT#fingerprint", line)
 	}
 	h.relayURLCli = "outpost://" + cliRlyRly + ":7443#" + fp
-	token := func(args ...string) (string, error) {
-		cmd := exec.CommandContext(ctx, h.bin, append([]string{"token", "create", "--state-dir", relayState}, args...)...)
-		cmd.Env = append(os.Environ(), h.env...)
-		out, err := cmd.Output()
-		if err != nil {
-			return "", fmt.Errorf("outpost token create %s: %w", strings.Join(args, " "), err)
-		}
-		return strings.TrimSpace(string(out)), nil
-	}
+	token := func(args ...string) (string, error) { return peers.TokenEnv(ctx, h.bin, relayState, h.env, args...) }
 	joinTok, err := token("--join", "--uses", "1")
 	if err != nil {
 		return err

@@ -8,18 +8,18 @@ import (
 	"os"
 	"os/exec"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
 	"github.com/outpost-exec/outpost/bench/wan/netem"
+	"github.com/outpost-exec/outpost/internal/peers"
 )
 
 // proc is a long-running child (a server) in a namespace.
 type proc struct {
 	name   string
 	cmd    *exec.Cmd
-	stderr *tailBuffer
+	stderr *peers.TailBuffer
 	done   chan struct{}
 }
 
@@ -40,7 +40,7 @@ func command(ctx context.Context, env []string, argv ...string) *exec.Cmd {
 func startProc(ctx context.Context, ns *netem.NS, name string, env []string, firstLine bool, argv ...string) (*proc, string, error) {
 	// Not ctx: a server outlives the step that starts it; stop() ends it.
 	cmd := command(context.Background(), env, argv...)
-	p := &proc{name: name, cmd: cmd, stderr: &tailBuffer{max: 64 << 10}, done: make(chan struct{})}
+	p := &proc{name: name, cmd: cmd, stderr: peers.NewTailBuffer(64 << 10), done: make(chan struct{})}
 	cmd.Stderr = p.stderr
 	var stdout io.ReadCloser
 	if firstLine {
@@ -134,29 +134,6 @@ func cpuSeconds(pid int) (float64, error) {
 		return 0, err
 	}
 	return float64(ut+st) / 100, nil
-}
-
-// tailBuffer keeps the last max bytes written to it.
-type tailBuffer struct {
-	max int
-	mu  sync.Mutex
-	b   []byte
-}
-
-func (t *tailBuffer) Write(p []byte) (int, error) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.b = append(t.b, p...)
-	if len(t.b) > t.max {
-		t.b = append(t.b[:0], t.b[len(t.b)-t.max:]...)
-	}
-	return len(p), nil
-}
-
-func (t *tailBuffer) String() string {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return strings.TrimSpace(string(t.b))
 }
 
 func lastLines(s string, n int) string {

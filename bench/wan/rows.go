@@ -17,6 +17,8 @@ import (
 	"strings"
 	"sync/atomic"
 	"time"
+
+	"github.com/outpost-exec/outpost/internal/peers"
 )
 
 func (h *harness) add(r Result) { h.results = append(h.results, r) }
@@ -63,7 +65,7 @@ func (h *harness) outpostExec(target string, argv ...string) []string {
 // own start, as a user's command would.
 func (h *harness) runIn(ctx context.Context, argv []string) (time.Duration, error) {
 	cmd := command(ctx, h.env, argv...)
-	out := &tailBuffer{max: 4 << 10}
+	out := peers.NewTailBuffer(4 << 10)
 	cmd.Stdout, cmd.Stderr = out, out
 	t0 := time.Now()
 	if err := h.ns["cli"].Start(cmd); err != nil {
@@ -100,7 +102,7 @@ func (h *harness) timed(ctx context.Context, p profile, metric, target string, n
 }
 
 func (h *harness) addTimes(p profile, metric, target string, d []time.Duration) {
-	p50, p99 := percentiles(d)
+	p50, p99 := peers.Percentiles(d)
 	h.add(Result{Profile: p.name, Metric: metric, Target: target, Runs: len(d), P50Ms: f64(p50), P99Ms: f64(p99), RTTs: f64(p50 / ms(p.pathRTT))})
 }
 
@@ -133,7 +135,7 @@ func (h *harness) rtt(ctx context.Context, p profile) {
 			continue
 		}
 		want := ms(2 * p.links[l.link].Delay)
-		p50, p99 := percentiles(d)
+		p50, p99 := peers.Percentiles(d)
 		h.add(Result{Profile: p.name, Metric: "rtt", Target: l.link, Runs: len(d), P50Ms: f64(p50), P99Ms: f64(p99),
 			Note: fmt.Sprintf("configured %.0f ms (+%.2f ms)", want, p50-want)})
 	}
@@ -182,7 +184,7 @@ func (h *harness) warmStart(ctx context.Context, p profile) {
 		cctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
 		cmd := command(cctx, append(h.env, "WAN_HELPER_TOKEN="+h.clientToken), argv...)
 		var out bytes.Buffer
-		errb := &tailBuffer{max: 4 << 10}
+		errb := peers.NewTailBuffer(4 << 10)
 		cmd.Stdout, cmd.Stderr = &limitWriter{w: &out, n: 1 << 20}, errb
 		err := h.ns["cli"].Start(cmd)
 		if err == nil {
@@ -256,7 +258,7 @@ func (h *harness) streamCmd(ctx context.Context, argv []string, want int64, limi
 	cctx, cancel := context.WithTimeout(ctx, limit+60*time.Second)
 	defer cancel()
 	cmd := command(cctx, h.env, argv...)
-	errb := &tailBuffer{max: 4 << 10}
+	errb := peers.NewTailBuffer(4 << 10)
 	cmd.Stderr = errb
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
@@ -560,7 +562,7 @@ func (h *harness) exactlyOnce(ctx context.Context, p profile) {
 		cctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 		cmd := command(cctx, h.env, argv...)
 		var out bytes.Buffer
-		errb := &tailBuffer{max: 4 << 10}
+		errb := peers.NewTailBuffer(4 << 10)
 		cmd.Stdout, cmd.Stderr = &limitWriter{w: &out, n: 8 << 20}, errb
 		t0 := time.Now()
 		err := h.ns["cli"].Start(cmd)

@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -78,7 +79,7 @@ func BuildOutpost(dir string) (string, error) {
 type Server struct {
 	URL    string
 	cmd    *exec.Cmd
-	stderr *tailBuffer
+	stderr *TailBuffer
 }
 
 // Start runs argv (an exec-server that prints its ws:// URL as the first
@@ -91,7 +92,7 @@ func Start(ctx context.Context, env []string, argv ...string) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	tb := &tailBuffer{max: 64 << 10}
+	tb := NewTailBuffer(64 << 10)
 	cmd.Stderr = tb
 	if err := cmd.Start(); err != nil {
 		return nil, err
@@ -143,9 +144,16 @@ func StartJoinedExecutor(ctx context.Context, bin, relayURL, token, id, stateDir
 
 // Token creates a relay token with "outpost token create".
 func Token(bin, stateDir string, args ...string) (string, error) {
-	out, err := exec.Command(bin, append([]string{"token", "create", "--state-dir", stateDir}, args...)...).Output()
+	return TokenEnv(context.Background(), bin, stateDir, nil, args...)
+}
+
+// TokenEnv is Token with a context and extra environment variables.
+func TokenEnv(ctx context.Context, bin, stateDir string, env []string, args ...string) (string, error) {
+	cmd := exec.CommandContext(ctx, bin, append([]string{"token", "create", "--state-dir", stateDir}, args...)...)
+	cmd.Env = append(os.Environ(), env...)
+	out, err := cmd.Output()
 	if err != nil {
-		return "", fmt.Errorf("outpost token create: %w", err)
+		return "", fmt.Errorf("outpost token create %s: %w", strings.Join(args, " "), err)
 	}
 	return strings.TrimSpace(string(out)), nil
 }
@@ -176,15 +184,7 @@ func StartBridgeChain(ctx context.Context, bin, dir, id string) (_ *BridgeChain,
 	if c.Relay, err = Start(ctx, env, bin, "relay", "serve", "--listen", "tcp://127.0.0.1:0", "--state-dir", relayState, "--log-level", "warn"); err != nil {
 		return nil, fmt.Errorf("relay: %w", err)
 	}
-	token := func(args ...string) (string, error) {
-		cmd := exec.CommandContext(ctx, bin, append([]string{"token", "create", "--state-dir", relayState}, args...)...)
-		cmd.Env = append(os.Environ(), env...)
-		out, err := cmd.Output()
-		if err != nil {
-			return "", fmt.Errorf("outpost token create %s: %w", strings.Join(args, " "), err)
-		}
-		return strings.TrimSpace(string(out)), nil
-	}
+	token := func(args ...string) (string, error) { return TokenEnv(ctx, bin, relayState, env, args...) }
 	joinTok, err := token("--join", "--uses", "1")
 	if err != nil {
 		return nil, err
@@ -263,24 +263,40 @@ func Machine() string {
 	return fmt.Sprintf("%s, %d cores, %s/%s, %s", model, runtime.NumCPU(), runtime.GOOS, runtime.GOARCH, runtime.Version())
 }
 
-type tailBuffer struct {
+// TailBuffer keeps the last bytes written to it, at most its size: a
+// child's stderr, for the message when it fails.
+type TailBuffer struct {
 	max int
 	mu  sync.Mutex
 	b   []byte
 }
 
-func (t *tailBuffer) Write(p []byte) (int, error) {
+// NewTailBuffer keeps the last max bytes.
+func NewTailBuffer(max int) *TailBuffer { return &TailBuffer{max: max} }
+
+func (t *TailBuffer) Write(p []byte) (int, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.b = append(t.b, p...)
 	if len(t.b) > t.max {
-		t.b = t.b[len(t.b)-t.max:]
+		t.b = append(t.b[:0], t.b[len(t.b)-t.max:]...)
 	}
 	return len(p), nil
 }
 
-func (t *tailBuffer) String() string {
+func (t *TailBuffer) String() string {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return string(t.b)
+}
+
+// Percentiles returns the p50 and p99 of d in milliseconds.
+func Percentiles(d []time.Duration) (p50, p99 float64) {
+	if len(d) == 0 {
+		return 0, 0
+	}
+	s := slices.Clone(d)
+	slices.Sort(s)
+	at := func(q float64) float64 { return float64(s[int(q*float64(len(s)-1))]) / float64(time.Millisecond) }
+	return at(0.50), at(0.99)
 }
