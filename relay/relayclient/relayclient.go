@@ -77,22 +77,9 @@ func Dial(ctx context.Context, url string, key noise.DHKey, opts Options) (*Conn
 	if mux == (transport.MuxConfig{}) {
 		mux = transport.DefaultMuxConfig()
 	}
-	raw, err := u.Dial(ctx)
+	nc, err := handshake(ctx, u, key, opts, nil)
 	if err != nil {
 		return nil, err
-	}
-	nc, err := transport.NoiseInitiator(ctx, raw, transport.NoiseConfig{Static: key, Purpose: Purpose, PeerStatic: u.Key[:], HandshakeTimeout: opts.HandshakeTimeout})
-	if err != nil {
-		raw.Close()
-		if errors.Is(err, transport.ErrHandshakeRefused) {
-			// A relay refuses an IK handshake made to a key it does not
-			// hold; so that the user learns which it is (a stale or
-			// mistyped fingerprint), ask the relay for its key.
-			if presented, perr := probeKey(ctx, u, opts); perr == nil && presented != u.Key {
-				return nil, &KeyMismatchError{Addr: u.Addr, Named: u.Key, Presented: presented}
-			}
-		}
-		return nil, fmt.Errorf("relay %s: %w", u.Addr, err)
 	}
 	sess, err := transport.MuxClient(nc, mux)
 	if err != nil {
@@ -277,6 +264,30 @@ func (s streams) Addr() net.Addr { return s.sess.Addr() }
 // session's streams, instead.
 var ErrNoHandshakeRequests = errors.New("the relay does not take requests in its handshake (an older relay)")
 
+// handshake dials the relay at u and runs the IK handshake to its key,
+// with payload in message 1. A refused handshake to a relay that holds
+// another key is a *KeyMismatchError.
+func handshake(ctx context.Context, u transport.URL, key noise.DHKey, opts Options, payload []byte) (*transport.NoiseConn, error) {
+	raw, err := u.Dial(ctx)
+	if err != nil {
+		return nil, err
+	}
+	nc, err := transport.NoiseInitiator(ctx, raw, transport.NoiseConfig{Static: key, Purpose: Purpose, PeerStatic: u.Key[:], Payload: payload, HandshakeTimeout: opts.HandshakeTimeout})
+	if err != nil {
+		raw.Close()
+		if errors.Is(err, transport.ErrHandshakeRefused) {
+			// A relay refuses an IK handshake made to a key it does not
+			// hold; so that the user learns which it is (a stale or
+			// mistyped fingerprint), ask the relay for its key.
+			if presented, perr := probeKey(ctx, u, opts); perr == nil && presented != u.Key {
+				return nil, &KeyMismatchError{Addr: u.Addr, Named: u.Key, Presented: presented}
+			}
+		}
+		return nil, fmt.Errorf("relay %s: %w", u.Addr, err)
+	}
+	return nc, nil
+}
+
 // handshakeCall dials the relay with a request in the payload of Noise
 // IK message 1 and decodes the answer in message 2's payload into result.
 // It returns the channel, still in Noise, for the caller to finish with.
@@ -289,19 +300,9 @@ func handshakeCall(ctx context.Context, url string, key noise.DHKey, opts Option
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", method, err)
 	}
-	raw, err := u.Dial(ctx)
+	nc, err := handshake(ctx, u, key, opts, payload)
 	if err != nil {
 		return nil, err
-	}
-	nc, err := transport.NoiseInitiator(ctx, raw, transport.NoiseConfig{Static: key, Purpose: Purpose, PeerStatic: u.Key[:], Payload: payload, HandshakeTimeout: opts.HandshakeTimeout})
-	if err != nil {
-		raw.Close()
-		if errors.Is(err, transport.ErrHandshakeRefused) {
-			if presented, perr := probeKey(ctx, u, opts); perr == nil && presented != u.Key {
-				return nil, &KeyMismatchError{Addr: u.Addr, Named: u.Key, Presented: presented}
-			}
-		}
-		return nil, fmt.Errorf("relay %s: %w", u.Addr, err)
 	}
 	reply := nc.HandshakeReply()
 	if len(reply) == 0 {
