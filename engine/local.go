@@ -19,6 +19,7 @@ import (
 
 	"github.com/outpost-exec/outpost/cgroup"
 	"github.com/outpost-exec/outpost/protocol"
+	"github.com/outpost-exec/outpost/sandbox"
 )
 
 // LocalBackend runs real child processes on this machine, each in its own
@@ -37,6 +38,16 @@ type LocalBackend struct {
 	// Cgroups, when set, gives every command a cgroup (with its memory and
 	// pids limits); nil runs commands in process groups only.
 	Cgroups *cgroup.Manager
+	// SandboxPool is how many sandbox helpers are kept started ahead of
+	// sandboxed commands, each for one command (default
+	// DefaultSandboxPool(), at most MaxSandboxPool; 0: none). The pool
+	// fills at WarmSandbox or at the first sandboxed start; set Cgroups
+	// before either. Close kills the helpers it holds.
+	SandboxPool int
+
+	poolMu     sync.Mutex
+	pool       *helperPool
+	poolClosed bool
 }
 
 // NewLocalBackend returns a LocalBackend with default settings.
@@ -46,6 +57,61 @@ func NewLocalBackend() *LocalBackend {
 		TerminateGrace:   2 * time.Second,
 		StdinQueueWrites: 128,
 		StdinQueueBytes:  16 << 20,
+		SandboxPool:      DefaultSandboxPool(),
+	}
+}
+
+// WarmSandbox fills the sandbox pool for commands that run as user (nil:
+// the executor's own ids) in the background, so the first sandboxed start
+// finds a helper ready. Without it the pool fills at the first sandboxed
+// start. It does nothing once a pool exists, with SandboxPool 0, or after
+// Close.
+func (b *LocalBackend) WarmSandbox(user *sandbox.User) {
+	if p := b.sandboxPool(user); p != nil {
+		p.mu.Lock()
+		p.refillLocked()
+		p.mu.Unlock()
+	}
+}
+
+// sandboxPool returns the pool for user's commands, made on first use;
+// nil when there is none for them.
+func (b *LocalBackend) sandboxPool(user *sandbox.User) *helperPool {
+	b.poolMu.Lock()
+	defer b.poolMu.Unlock()
+	if b.poolClosed || b.SandboxPool <= 0 {
+		return nil
+	}
+	if b.pool == nil {
+		b.pool = newHelperPool(b.SandboxPool, user, b.Cgroups)
+	}
+	if !b.pool.fits(user) {
+		return nil // one shape per executor; another user starts the usual way
+	}
+	return b.pool
+}
+
+// SandboxPoolStats reports on the sandbox pool; ok is false while there is
+// none (SandboxPool 0, no sandboxed start yet, or closed).
+func (b *LocalBackend) SandboxPoolStats() (st SandboxPoolStats, ok bool) {
+	b.poolMu.Lock()
+	p := b.pool
+	b.poolMu.Unlock()
+	if p == nil {
+		return SandboxPoolStats{}, false
+	}
+	return p.stats(), true
+}
+
+// Close kills the sandbox pool's ready helpers; later sandboxed starts
+// start their helpers the usual way. Running commands are not affected.
+func (b *LocalBackend) Close() {
+	b.poolMu.Lock()
+	p := b.pool
+	b.pool, b.poolClosed = nil, true
+	b.poolMu.Unlock()
+	if p != nil {
+		p.close()
 	}
 }
 
@@ -77,11 +143,12 @@ func (b *LocalBackend) Start(ctx context.Context, spec Spec) (Process, error) {
 	}
 	cmd := &exec.Cmd{Path: path, Args: args, Env: spec.Env, Dir: spec.Dir}
 	p := &localProcess{
-		classify: spec.Classify,
-		cmd:      cmd,
-		grace:    b.TerminateGrace,
-		tty:      spec.Tty,
-		exited:   make(chan struct{}),
+		classify:   spec.Classify,
+		exitReport: noExitReport,
+		cmd:        cmd,
+		grace:      b.TerminateGrace,
+		tty:        spec.Tty,
+		exited:     make(chan struct{}),
 	}
 	if p.grace <= 0 {
 		p.grace = 2 * time.Second
@@ -141,47 +208,7 @@ func (b *LocalBackend) Start(ctx context.Context, spec Spec) (Process, error) {
 		}
 		// cmd.Stdin nil means /dev/null.
 	}
-	if b.Cgroups != nil {
-		cg, err := b.Cgroups.New()
-		if err != nil {
-			closeAll(outputs)
-			if p.stdin != nil && !spec.Tty {
-				p.stdin.f.Close()
-			}
-			return nil, fmt.Errorf("failed to create the command's cgroup: %w", err)
-		}
-		// Born inside (clone3 CLONE_INTO_CGROUP): nothing it forks can
-		// run outside, not even for an instant.
-		cmd.SysProcAttr.UseCgroupFD, cmd.SysProcAttr.CgroupFD = true, cg.FD()
-		p.cg = cg
-	}
-	if spec.SandboxSetup != nil {
-		l, err := spec.SandboxSetup()
-		if err == nil && spec.Tty && l.User != nil {
-			// The command's own terminal, for programs that open /dev/tty.
-			err = childEnds[0].Chown(l.User.UID, l.User.GID)
-		}
-		if err != nil {
-			closeAll(outputs)
-			if p.stdin != nil && !spec.Tty {
-				p.stdin.f.Close()
-			}
-			if p.cg != nil {
-				p.cg.Release()
-			}
-			return nil, err
-		}
-		cmd.Env = append([]string{l.Env}, cmd.Env...)
-		cmd.ExtraFiles = l.Files
-		l.Apply(cmd.SysProcAttr)
-		p.release = l.Release
-		defer closeAll(l.Files)
-	}
-	err := cmd.Start()
-	if p.cg != nil {
-		p.cg.Started()
-	}
-	if err != nil {
+	fail := func(err error) (Process, error) {
 		if p.release != nil {
 			p.release()
 		}
@@ -192,9 +219,56 @@ func (b *LocalBackend) Start(ctx context.Context, spec Spec) (Process, error) {
 		if p.cg != nil {
 			p.cg.Release()
 		}
-		return nil, fmt.Errorf("failed to spawn %q: %w", spec.Argv[0], unwrapExecError(err))
+		return nil, err
 	}
-	p.pgid = cmd.Process.Pid
+	var launch sandbox.Launch
+	if spec.SandboxSetup != nil {
+		l, err := spec.SandboxSetup()
+		if err == nil && spec.Tty && l.User != nil {
+			// The command's own terminal, for programs that open /dev/tty.
+			err = childEnds[0].Chown(l.User.UID, l.User.GID)
+		}
+		if err != nil {
+			if l.Release != nil {
+				l.Release()
+			}
+			closeAll(l.Files)
+			return fail(err)
+		}
+		launch = l
+		p.release = l.Release
+		defer closeAll(l.Files)
+		// Its own session, as a pooled helper has: no terminal of the
+		// executor's reaches it.
+		if !spec.Tty {
+			cmd.SysProcAttr.Setpgid, cmd.SysProcAttr.Setsid = false, true
+		}
+	}
+	if spec.SandboxSetup == nil || !b.startPooled(p, launch) {
+		if b.Cgroups != nil {
+			cg, err := b.Cgroups.New()
+			if err != nil {
+				return fail(fmt.Errorf("failed to create the command's cgroup: %w", err))
+			}
+			// Born inside (clone3 CLONE_INTO_CGROUP): nothing it forks can
+			// run outside, not even for an instant.
+			cmd.SysProcAttr.UseCgroupFD, cmd.SysProcAttr.CgroupFD = true, cg.FD()
+			p.cg = cg
+		}
+		if spec.SandboxSetup != nil {
+			cmd.Env = append([]string{launch.Env}, cmd.Env...)
+			cmd.ExtraFiles = launch.Files
+			launch.Apply(cmd.SysProcAttr)
+		}
+		err := cmd.Start()
+		if p.cg != nil {
+			p.cg.Started()
+		}
+		if err != nil {
+			return fail(fmt.Errorf("failed to spawn %q: %w", spec.Argv[0], unwrapExecError(err)))
+		}
+	}
+	p.pgid = p.cmd.Process.Pid
 	p.log = NewEventLog(b.Retention, len(outputs))
 	if p.stdin != nil {
 		go p.stdin.run()
@@ -211,6 +285,53 @@ func (b *LocalBackend) Start(ctx context.Context, spec Spec) (Process, error) {
 	}
 	go p.wait()
 	return p, nil
+}
+
+// noExitReport is the exitReport of a process that is its own: its wait
+// status is its exit.
+func noExitReport() (int, bool) { return 0, false }
+
+// startPooled hands a sandboxed command to a pre-started helper; false:
+// none was ready, or the one taken failed before the command started, and
+// the command starts the usual way.
+func (b *LocalBackend) startPooled(p *localProcess, l sandbox.Launch) bool {
+	if !l.Poolable() {
+		return false
+	}
+	pool := b.sandboxPool(l.User)
+	if pool == nil {
+		return false
+	}
+	h := pool.take()
+	if h == nil {
+		pool.count(false)
+		return false
+	}
+	cmd := p.cmd
+	stdin, _ := cmd.Stdin.(*os.File)
+	if stdin == nil {
+		f, err := devNull()
+		if err != nil {
+			pool.giveBack(h)
+			pool.count(false)
+			return false
+		}
+		defer f.Close()
+		stdin = f
+	}
+	stdio := [3]*os.File{stdin, cmd.Stdout.(*os.File), cmd.Stderr.(*os.File)}
+	if err := h.h.Hand(l, cmd.Args, cmd.Env, stdio, p.tty, poolHandTimeout); err != nil {
+		h.discard()
+		pool.count(false)
+		pool.refillSoon(p.exited)
+		return false
+	}
+	pool.count(true)
+	pool.refillSoon(p.exited)
+	p.cmd = h.h.Cmd
+	p.cg = h.cg
+	p.exitReport = h.h.Exited
+	return true
 }
 
 // openPTY opens a PTY pair of the given size. The master is made
@@ -327,17 +448,21 @@ func checkExecutable(p string) error {
 }
 
 type localProcess struct {
-	release  func() // the sandbox's, after exit; nil if none
-	classify func(exitCode, signal int32, lines func(yield func(string) bool)) bool
-	cmd      *exec.Cmd
-	log      *EventLog
-	pgid     int
-	tty      bool
-	ptmx     *os.File
-	grace    time.Duration
-	stdin    *stdinQueue
-	ids      WriteIDs
-	cg       *cgroup.Cgroup // nil without cgroups
+	release func() // the sandbox's, after exit; nil if none
+	// exitReport, for a command run by a pooled sandbox helper, waits
+	// for the command's exit status from the helper (ok false: none came;
+	// the helper's own status is the command's).
+	exitReport func() (code int, ok bool)
+	classify   func(exitCode, signal int32, lines func(yield func(string) bool)) bool
+	cmd        *exec.Cmd
+	log        *EventLog
+	pgid       int
+	tty        bool
+	ptmx       *os.File
+	grace      time.Duration
+	stdin      *stdinQueue
+	ids        WriteIDs
+	cg         *cgroup.Cgroup // nil without cgroups
 	// What the cgroup's limits refused, read as the process exits.
 	oomKills, pidsRefusals atomic.Int64
 
@@ -480,22 +605,44 @@ func (p *localProcess) awaitWrittenOutput() {
 }
 
 func (p *localProcess) wait() {
-	err := p.cmd.Wait()
-	if p.release != nil {
-		// The helper was its PID namespace's init: everything the
-		// command started there is gone with it.
-		p.release()
-	}
+	// reaped is closed once the process started (the helper, for a
+	// sandboxed command) is reaped.
+	reaped := make(chan struct{})
 	code, sig := int32(-1), int32(0)
-	if st, ok := p.cmd.ProcessState.Sys().(syscall.WaitStatus); ok {
-		switch {
-		case st.Exited():
-			code = int32(st.ExitStatus())
-		case st.Signaled():
-			code, sig = 128+int32(st.Signal()), int32(st.Signal())
+	if c, ok := p.exitReport(); ok {
+		// The helper has reported, and nothing but the helper is left in
+		// the command's namespace: the command is gone. The helper's exit
+		// (its namespaces torn down) is reaped in the background, and
+		// what the sandbox set up is undone after it: removing a
+		// placeholder that is still a mount point in the helper's
+		// namespace would wait for that mount to be detached (about a
+		// millisecond here).
+		code = int32(c)
+		go func() {
+			p.cmd.Wait()
+			if p.release != nil {
+				p.release()
+			}
+			close(reaped)
+		}()
+	} else {
+		err := p.cmd.Wait()
+		close(reaped)
+		if p.release != nil {
+			// The helper was its PID namespace's init: everything the
+			// command started there is gone with it.
+			p.release()
 		}
-	} else if err != nil {
-		code = -1
+		if st, ok := p.cmd.ProcessState.Sys().(syscall.WaitStatus); ok {
+			switch {
+			case st.Exited():
+				code = int32(st.ExitStatus())
+			case st.Signaled():
+				code, sig = 128+int32(st.Signal()), int32(st.Signal())
+			}
+		} else if err != nil {
+			code = -1
+		}
 	}
 	close(p.exited)
 	if p.stdin != nil && !p.tty {
@@ -519,6 +666,7 @@ func (p *localProcess) wait() {
 	if p.cg != nil {
 		go func() {
 			<-p.log.Closed()
+			<-reaped
 			// Background processes it left keep the cgroup (bounded);
 			// a terminate or Kill has already reached them.
 			p.cg.Release()

@@ -18,6 +18,7 @@ import (
 	"go.uber.org/zap/zaptest"
 	"golang.org/x/sys/unix"
 
+	"github.com/outpost-exec/outpost/engine"
 	"github.com/outpost-exec/outpost/protocol"
 	"github.com/outpost-exec/outpost/sandbox"
 )
@@ -49,6 +50,13 @@ func newAttackSession(t *testing.T, hidden ...string) *Session {
 		defer cancel()
 		srv.Shutdown(ctx)
 	})
+	// The attacks meet pre-started helpers, as commands do on a running
+	// executor (an executor's first commands, and a burst past the pool,
+	// start theirs as the other tests here do).
+	if b, ok := cfg.Backend.(*engine.LocalBackend); ok && sandbox.Probe().MountNamespaces {
+		b.WarmSandbox(srv.cfg.SandboxUser)
+		waitPoolFull(t, b)
+	}
 	return sess
 }
 
@@ -265,10 +273,21 @@ echo fine > ordinary.txt && echo ORDINARY-OK
 	if l, err := os.Readlink(filepath.Join(ws, "lib", ".git")); err != nil || l != real {
 		t.Errorf("the .git symlink changed: %q %v", l, err)
 	}
-	// The placeholders that held the absent names are gone afterwards.
+	// The placeholders that held the absent names are gone afterwards:
+	// once the helper's namespaces are (a pooled helper reports the exit
+	// just before its own).
+	deadline := time.Now().Add(testTimeout)
 	for _, n := range []string{".codex", ".git", ".agents", ".outpost"} {
-		if _, err := os.Lstat(filepath.Join(ws, n)); err == nil {
-			t.Errorf("%s exists in the workspace after the command", n)
+		for {
+			_, err := os.Lstat(filepath.Join(ws, n))
+			if err != nil {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Errorf("%s exists in the workspace after the command", n)
+				break
+			}
+			time.Sleep(5 * time.Millisecond)
 		}
 	}
 }
@@ -342,7 +361,7 @@ func TestSandboxAttacksAsUnprivilegedUser(t *testing.T) {
 	os.Chown(home, 4242, 4242)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, bin, "-test.run", "^(TestSandboxNetworkOffReachesNoUnixSocketOutsideItsWritableRoots|TestSandboxHidesTheExecutorsSecretsWhateverThePolicy|TestSandboxProtectsNamesAtAnyDepthSymlinkedAndAbsent|TestSandboxWorkspaceCannotBeRenamedAwayAndRebuilt)$", "-test.v", "-test.count=1")
+	cmd := exec.CommandContext(ctx, bin, "-test.run", "^(TestSandboxNetworkOffReachesNoUnixSocketOutsideItsWritableRoots|TestSandboxHidesTheExecutorsSecretsWhateverThePolicy|TestSandboxProtectsNamesAtAnyDepthSymlinkedAndAbsent|TestSandboxWorkspaceCannotBeRenamedAwayAndRebuilt|TestSandboxPoolBehavesAsAFreshHelper|TestSandboxPoolDiesWithACrashedExecutor)$", "-test.v", "-test.count=1")
 	cmd.Env = []string{unprivEnv + "=1", "HOME=" + home, "PATH=/usr/local/bin:/usr/bin:/bin", "TMPDIR=" + home}
 	cmd.Dir = home
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 4242, Gid: 4242, Groups: []uint32{}}}

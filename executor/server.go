@@ -307,6 +307,11 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		sessions = append(sessions, sess)
 	}
 	s.mu.Unlock()
+	// Sandbox helpers started ahead of commands die with it: none will
+	// serve a command of this server now.
+	if b, ok := s.cfg.Backend.(interface{ Close() }); ok {
+		b.Close()
+	}
 	var procs []engine.Process
 	for _, sess := range sessions {
 		procs = append(procs, sess.end(false)...)

@@ -24,48 +24,123 @@ const helperExitCode = 126
 func IsHelper() bool { return filepath.Base(os.Args[0]) == HelperName }
 
 // HelperMain sets up the sandbox and executes the command; it never
-// returns. Order: mount namespace changes (protected sub-paths read-only,
-// "none" paths hidden), no_new_privs, Landlock, dropping the capabilities
-// that could undo the mounts, the seccomp filter (last: it also restricts
-// what the setup itself may do), then execve.
+// returns. A helper started per command reads its spec from the
+// environment; a pre-started one (pooledArg) waits on its socket for one
+// command (pooled_linux.go). Either way runCommand does the rest.
 func HelperMain() {
-	// Every restriction below is applied to this thread only, which then
-	// execs the command (or forks it, as a PID namespace's init): cheaper
-	// than synchronising all the runtime's threads. Never unlocked.
+	// Every restriction is applied to this thread only, which then execs
+	// the command (or forks it, as a PID namespace's init): cheaper than
+	// synchronising all the runtime's threads. Never unlocked.
 	runtime.LockOSThread()
-	fail := func(format string, args ...any) {
-		fmt.Fprintf(os.Stderr, "outpost-sandbox: "+format+"\n", args...)
-		os.Exit(helperExitCode)
-	}
 	if len(os.Args) == 2 && os.Args[1] == holdArg {
 		holdNamespace()
 	}
+	if len(os.Args) == 2 && os.Args[1] == pooledArg {
+		pooledMain()
+	}
 	raw, ok := os.LookupEnv(helperPolicyEnv)
 	if !ok {
-		fail("no sandbox spec (%s is not set); this binary runs as the sandbox helper only when the executor starts it", helperPolicyEnv)
+		helperFail("no sandbox spec (%s is not set); this binary runs as the sandbox helper only when the executor starts it", helperPolicyEnv)
 	}
 	os.Unsetenv(helperPolicyEnv)
 	var sp spec
 	if err := json.Unmarshal([]byte(raw), &sp); err != nil {
-		fail("bad sandbox spec: %v", err)
+		helperFail("bad sandbox spec: %v", err)
 	}
 	// PID 1: the init of the command's PID namespace, which must catch
 	// signals. Enabling each is a handshake with the runtime's signal
 	// thread (about 0.6 ms for these seven here); it runs beside the
 	// set-up below instead of before the fork.
-	asInit := os.Getpid() == 1
 	var caught <-chan struct{}
-	if sp.MountNamespace && asInit {
+	if sp.MountNamespace && os.Getpid() == 1 {
 		caught = catchSignals()
 	}
-	args := os.Args[1:]
+	runCommand(sp, os.Args[1:], os.Environ(), caught, nil, nil)
+}
+
+// prebuilt is what a pooled helper makes before its command exists: the
+// PID namespace's /proc, the Landlock rulesets of the system paths (on
+// /proc's new inode) and the seccomp programs, for the network on and off
+// and set-ID modes allowed or not. A nil *prebuilt has nothing: everything
+// is made for the command.
+type prebuilt struct {
+	procMounted bool
+	landlock    [2]*preparedLandlock    // [network off]; nil: make at the command
+	seccomp     [2][2][]unix.SockFilter // [network off][deny set-ID]
+}
+
+// prebuild makes what it can; what fails is left to the command's set-up,
+// which reports it.
+func prebuild() *prebuilt {
+	pre := &prebuilt{procMounted: mountProc() == nil}
+	for i, denyTCP := range []bool{false, true} {
+		rules := LandlockRules{ReadOnly: DefaultReadOnlySystemPaths(), ReadWrite: DefaultReadWriteDevices(), DenyTCP: denyTCP, ThisThreadOnly: true}
+		if pl, _, err := prepareLandlock(rules); err == nil {
+			pre.landlock[i] = pl
+		}
+		for j, denySetID := range []bool{false, true} {
+			if prog, err := buildSeccompProgram(SeccompOptions{DenyNetwork: denyTCP, DenySetID: denySetID}); err == nil {
+				pre.seccomp[i][j] = prog
+			}
+		}
+	}
+	return pre
+}
+
+func (p *prebuilt) ruleset(networkOff bool) *preparedLandlock {
+	if p == nil {
+		return nil
+	}
+	return p.landlock[boolIndex(networkOff)]
+}
+
+func (p *prebuilt) seccompProgram(networkOff, denySetID bool) []unix.SockFilter {
+	if p == nil {
+		return nil
+	}
+	return p.seccomp[boolIndex(networkOff)][boolIndex(denySetID)]
+}
+
+// close drops the rulesets: the command must not inherit them.
+func (p *prebuilt) close() {
+	if p != nil {
+		p.landlock[0].close()
+		p.landlock[1].close()
+	}
+}
+
+func boolIndex(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// helperFail reports why the sandbox could not be set up and exits with
+// helperExitCode: the command never ran.
+func helperFail(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "outpost-sandbox: "+format+"\n", args...)
+	os.Exit(helperExitCode)
+}
+
+// runCommand applies the per-command set-up and runs the command. Order:
+// mount namespace changes (protected sub-paths read-only, "none" paths
+// hidden), no_new_privs, Landlock, dropping the capabilities that could
+// undo the mounts, the seccomp filter (last: it also restricts what the
+// set-up itself may do), then execve — or, as the PID namespace's init
+// (caught non-nil), fork the command and wait for it. report, if set, is
+// told the exit status once nothing but this helper is left in the
+// namespace, before the helper's own exit (which waits for the
+// namespaces to be torn down).
+func runCommand(sp spec, args, env []string, caught <-chan struct{}, report func(code int), pre *prebuilt) {
+	fail := helperFail
 	if len(args) > 0 && args[0] == "--" {
 		args = args[1:]
 	}
 	if len(args) == 0 {
 		fail("no command")
 	}
-	if err := applyMounts(sp); err != nil {
+	if err := applyMounts(sp, pre != nil && pre.procMounted); err != nil {
 		fail("%v", err)
 	}
 	if sp.Dir != "" {
@@ -77,17 +152,24 @@ func HelperMain() {
 		fail("no_new_privs: %v", err)
 	}
 	if !sp.FullWrite {
-		rules := LandlockRules{
-			ReadOnly:  append(append([]string(nil), DefaultReadOnlySystemPaths()...), sp.ReadOnly...),
-			ReadWrite: append(append([]string(nil), DefaultReadWriteDevices()...), sp.ReadWrite...),
-			DenyTCP:   !sp.Network,
-
-			ThisThreadOnly: true,
+		ll := pre.ruleset(!sp.Network)
+		var err error
+		if ll == nil {
+			ll, _, err = prepareLandlock(LandlockRules{ReadOnly: DefaultReadOnlySystemPaths(), ReadWrite: DefaultReadWriteDevices(), DenyTCP: !sp.Network, ThisThreadOnly: true})
 		}
-		if _, err := ApplyLandlock(rules); err != nil {
+		// The command's own paths are added as they are now: one removed
+		// since the policy was resolved (another command's placeholder)
+		// gets no rule, which denies it.
+		if err == nil {
+			if err = ll.addPaths(sp.ReadOnly, sp.ReadWrite); err == nil {
+				err = ll.restrictSelf()
+			}
+		}
+		if err != nil {
 			fail("landlock: %v", err)
 		}
 	}
+	pre.close()
 	// Nothing the executor held open reaches the command: only stdin,
 	// stdout and stderr cross the exec.
 	if err := unix.CloseRange(3, ^uint(0), unix.CLOSE_RANGE_CLOEXEC); err != nil {
@@ -97,7 +179,11 @@ func HelperMain() {
 		fail("%v", err)
 	}
 	dropCapabilities(sp)
-	if err := InstallSeccomp(SeccompOptions{DenyNetwork: !sp.Network, DenySetID: sp.DenySetID, ThisThreadOnly: true}); err != nil {
+	if prog := pre.seccompProgram(!sp.Network, sp.DenySetID); prog != nil {
+		if err := installSeccompProgram(prog, true); err != nil {
+			fail("seccomp: %v", err)
+		}
+	} else if err := InstallSeccomp(SeccompOptions{DenyNetwork: !sp.Network, DenySetID: sp.DenySetID, ThisThreadOnly: true}); err != nil {
 		fail("seccomp: %v", err)
 	}
 	path := args[0]
@@ -112,11 +198,25 @@ func HelperMain() {
 	if sp.Arg0 != "" {
 		argv[0] = sp.Arg0
 	}
-	if sp.MountNamespace && asInit {
+	if caught != nil {
 		<-caught
-		os.Exit(runAsInit(path, argv, fail))
+		code := runAsInit(path, argv, env, fail)
+		if report != nil {
+			// The command's status is final; whatever it left in the
+			// namespace goes first, so that the executor may treat the
+			// command as gone (and undo what it set up for it) the
+			// moment it hears.
+			syscall.Kill(-1, syscall.SIGKILL)
+			for {
+				if _, err := syscall.Wait4(-1, nil, 0, nil); err != nil && err != syscall.EINTR {
+					break
+				}
+			}
+			report(code)
+		}
+		os.Exit(code)
 	}
-	err := syscall.Exec(path, argv, os.Environ())
+	err := syscall.Exec(path, argv, env)
 	fail("exec %s: %v", path, err)
 }
 
@@ -142,14 +242,19 @@ func catchSignals() <-chan struct{} {
 // kernel then ends whatever else is left in the namespace. Signals sent
 // to the process group reach the command directly; the helper has caught
 // them (catchSignals) and drops them.
-func runAsInit(path string, argv []string, fail func(string, ...any)) int {
+func runAsInit(path string, argv, env []string, fail func(string, ...any)) int {
 	pid, err := syscall.ForkExec(path, argv, &syscall.ProcAttr{
-		Env:   os.Environ(),
+		Env:   env,
 		Files: []uintptr{0, 1, 2},
 		Sys:   &syscall.SysProcAttr{Foreground: false},
 	})
 	if err != nil {
 		fail("exec %s: %v", path, err)
+	}
+	// The command's output ends when the command's descriptors close, not
+	// when this helper exits.
+	for fd := range 3 {
+		syscall.Close(fd)
 	}
 	for {
 		var ws syscall.WaitStatus

@@ -175,6 +175,27 @@ func mptcpEnabled() bool {
 // any path; a process with CAP_CHOWN/CAP_FOWNER can still change metadata
 // of read-only files.
 func ApplyLandlock(r LandlockRules) (LandlockResult, error) {
+	if r.ThisThreadOnly {
+		pl, res, err := prepareLandlock(r)
+		if err != nil {
+			return res, err
+		}
+		defer pl.close()
+		return res, pl.restrictSelf()
+	}
+	cfg, rules, res, err := landlockConfig(r)
+	if err != nil {
+		return res, err
+	}
+	if err := cfg.Restrict(rules...); err != nil {
+		return res, fmt.Errorf("sandbox: landlock (ABI %d): %w", res.ABI, err)
+	}
+	return res, nil
+}
+
+// landlockConfig is the configuration and the path rules of r for this
+// kernel.
+func landlockConfig(r LandlockRules) (landlock.Config, []landlock.Rule, LandlockResult, error) {
 	abi := LandlockABI()
 	res := LandlockResult{ABI: abi}
 	if abi == 0 {
@@ -182,7 +203,7 @@ func ApplyLandlock(r LandlockRules) (LandlockResult, error) {
 		if r.DenyTCP {
 			res.Missing = append(res.Missing, "TCP bind/connect (Landlock unavailable)")
 		}
-		return res, fmt.Errorf("sandbox: %w: %s", ErrLandlockUnavailable, landlockUnavailableReason())
+		return landlock.Config{}, nil, res, fmt.Errorf("sandbox: %w: %s", ErrLandlockUnavailable, landlockUnavailableReason())
 	}
 	lib := llLibraryABI(abi)
 
@@ -222,38 +243,114 @@ func ApplyLandlock(r LandlockRules) (LandlockResult, error) {
 	}
 	for _, p := range r.ReadOnly {
 		if err := add("read-only", p, llReadRights, llReadRights&llFileRights); err != nil {
-			return res, err
+			return cfg, nil, res, err
 		}
 	}
 	rwDir := handled &^ llNeverGranted
 	for _, p := range r.ReadWrite {
 		if err := add("read-write", p, rwDir, rwDir&llFileRights); err != nil {
-			return res, err
+			return cfg, nil, res, err
 		}
-	}
-
-	if r.ThisThreadOnly {
-		// Only the calling (locked) thread, which is about to execve:
-		// no all-thread synchronisation needed.
-		fd, flags, err := cfg.NewRulesetFD(rules...)
-		if err != nil {
-			return res, fmt.Errorf("sandbox: landlock (ABI %d): %w", abi, err)
-		}
-		if fd >= 0 {
-			defer unix.Close(fd)
-			if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
-				return res, fmt.Errorf("sandbox: prctl(PR_SET_NO_NEW_PRIVS): %w", err)
-			}
-			if err := llsyscall.LandlockRestrictSelf(fd, flags); err != nil {
-				return res, fmt.Errorf("sandbox: landlock_restrict_self (ABI %d): %w", abi, err)
-			}
-		}
-	} else if err := cfg.Restrict(rules...); err != nil {
-		return res, fmt.Errorf("sandbox: landlock (ABI %d): %w", abi, err)
 	}
 	res.FilesystemEnforced = handled != 0
 	res.NetworkEnforced = cfg.HandledAccessNet&llTCPRights == llTCPRights
-	return res, nil
+	return cfg, rules, res, nil
+}
+
+// preparedLandlock is a ruleset made but not yet enforced on the calling
+// thread: a pooled helper makes the system paths' part before its command
+// exists (the inodes of /usr, /etc … are the same then and later) and adds
+// the command's own paths once it knows them.
+type preparedLandlock struct {
+	fd      int // -1: the kernel handles nothing of what was asked
+	flags   uint32
+	abi     int
+	handled landlock.AccessFSSet
+}
+
+// prepareLandlock makes r's ruleset; r.ThisThreadOnly is implied.
+func prepareLandlock(r LandlockRules) (*preparedLandlock, LandlockResult, error) {
+	cfg, rules, res, err := landlockConfig(r)
+	if err != nil {
+		return nil, res, err
+	}
+	fd, flags, err := cfg.NewRulesetFD(rules...)
+	if err != nil {
+		return nil, res, fmt.Errorf("sandbox: landlock (ABI %d): %w", res.ABI, err)
+	}
+	return &preparedLandlock{fd: fd, flags: flags, abi: res.ABI, handled: cfg.HandledAccessFS}, res, nil
+}
+
+// addPaths adds rules as landlockConfig makes them: read-only paths
+// readable and executable, read-write ones fully writable, missing ones
+// skipped.
+func (p *preparedLandlock) addPaths(readOnly, readWrite []string) error {
+	if p.fd < 0 {
+		return nil
+	}
+	rwDir := p.handled &^ llNeverGranted
+	add := func(kind, path string, dirRights, fileRights landlock.AccessFSSet) error {
+		if !filepath.IsAbs(path) {
+			return fmt.Errorf("sandbox: landlock %s path %q is not absolute", kind, path)
+		}
+		fd, err := unix.Open(path, unix.O_PATH|unix.O_CLOEXEC, 0)
+		if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ENOTDIR) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("sandbox: landlock %s path: %s: %w", kind, path, err)
+		}
+		defer unix.Close(fd)
+		var st unix.Stat_t
+		if err := unix.Fstat(fd, &st); err != nil {
+			return fmt.Errorf("sandbox: landlock %s path: %s: %w", kind, path, err)
+		}
+		access := fileRights
+		if st.Mode&unix.S_IFMT == unix.S_IFDIR {
+			access = dirRights
+		}
+		if access &= p.handled; access == 0 {
+			return nil
+		}
+		if err := llsys.LandlockAddPathBeneathRule(p.fd, &llsys.PathBeneathAttr{AllowedAccess: uint64(access), ParentFd: fd}, 0); err != nil {
+			return fmt.Errorf("sandbox: landlock %s path: %s: %w", kind, path, err)
+		}
+		return nil
+	}
+	for _, path := range readOnly {
+		if err := add("read-only", path, llReadRights, llReadRights&llFileRights); err != nil {
+			return err
+		}
+	}
+	for _, path := range readWrite {
+		if err := add("read-write", path, rwDir, rwDir&llFileRights); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// restrictSelf enforces the ruleset on the calling (locked) thread, which
+// is about to execve: no all-thread synchronisation needed. It sets
+// no_new_privs.
+func (p *preparedLandlock) restrictSelf() error {
+	if p.fd < 0 {
+		return nil
+	}
+	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
+		return fmt.Errorf("sandbox: prctl(PR_SET_NO_NEW_PRIVS): %w", err)
+	}
+	if err := llsyscall.LandlockRestrictSelf(p.fd, p.flags); err != nil {
+		return fmt.Errorf("sandbox: landlock_restrict_self (ABI %d): %w", p.abi, err)
+	}
+	return nil
+}
+
+func (p *preparedLandlock) close() {
+	if p != nil && p.fd >= 0 {
+		unix.Close(p.fd)
+		p.fd = -1
+	}
 }
 
 // DefaultReadOnlySystemPaths returns the system locations ordinary programs

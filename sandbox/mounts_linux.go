@@ -184,6 +184,18 @@ func acquirePlaceholder(path string) (bool, error) {
 	return true, nil
 }
 
+// retainPlaceholder takes another reference to the placeholder at path,
+// if one of ours stands there.
+func retainPlaceholder(path string) bool {
+	placeholders.Lock()
+	defer placeholders.Unlock()
+	if ph := placeholders.m[path]; ph != nil {
+		ph.refs++
+		return true
+	}
+	return false
+}
+
 // releasePlaceholder removes the placeholder when its last user is done,
 // if it is still the empty directory made for it.
 func releasePlaceholder(path string) {
@@ -224,6 +236,18 @@ func (p Prepared) setup() (Launch, error) {
 		return Launch{}, err
 	}
 	if sp.MountNamespace {
+		// A protected name found present may be another command's
+		// placeholder, removed when that command ends: this command
+		// holds it too, or makes its own if it is gone already.
+		for _, pr := range sp.Protected {
+			if retainPlaceholder(pr) {
+				placed = append(placed, pr)
+			} else if _, err := os.Lstat(pr); errors.Is(err, os.ErrNotExist) {
+				if ok, err := acquirePlaceholder(pr); err == nil && ok {
+					placed = append(placed, pr)
+				}
+			}
+		}
 		for _, a := range p.absent {
 			ok, err := acquirePlaceholder(a)
 			if err != nil {
@@ -266,6 +290,7 @@ func (p Prepared) setup() (Launch, error) {
 		return fail(err)
 	}
 	l.Env = helperPolicyEnv + "=" + string(data)
+	l.sp, l.namespaced = sp, sp.MountNamespace
 	user := p.user
 	l.User = user
 	l.apply = func(attr *syscall.SysProcAttr) {
@@ -340,7 +365,7 @@ func cloneForUser(path string, readOnly bool, user User) (*os.File, error) {
 
 // applyMounts builds the command's view (see the top of this file), in its
 // own user and mount namespace. Outside one it refuses what needs one.
-func applyMounts(sp spec) error {
+func applyMounts(sp spec, procMounted bool) error {
 	if !sp.MountNamespace {
 		if len(sp.None) > 0 {
 			return errors.New("paths with access none need a mount namespace, which this helper does not have")
@@ -370,13 +395,9 @@ func applyMounts(sp spec) error {
 			return err
 		}
 	}
-	// A /proc of the command's own PID namespace.
-	if err := unix.Mount("proc", "/proc", "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
-		// A container runtime that masks /proc paths (Docker's default)
-		// forbids a fresh /proc in a nested namespace; the command then
-		// sees the container's, as the capability report says.
-		if !errors.Is(err, unix.EPERM) || !ProcMasked() {
-			return fmt.Errorf("mounting /proc for the PID namespace: %w", err)
+	if !procMounted {
+		if err := mountProc(); err != nil {
+			return err
 		}
 	}
 	for _, p := range sp.None {
@@ -387,6 +408,19 @@ func applyMounts(sp spec) error {
 	if !sp.Network {
 		if err := hideSockets(sp.ReadWrite); err != nil {
 			return err
+		}
+	}
+	return nil
+}
+
+// mountProc mounts a /proc of the command's own PID namespace.
+func mountProc() error {
+	if err := unix.Mount("proc", "/proc", "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
+		// A container runtime that masks /proc paths (Docker's default)
+		// forbids a fresh /proc in a nested namespace; the command then
+		// sees the container's, as the capability report says.
+		if !errors.Is(err, unix.EPERM) || !ProcMasked() {
+			return fmt.Errorf("mounting /proc for the PID namespace: %w", err)
 		}
 	}
 	return nil

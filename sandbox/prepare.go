@@ -111,7 +111,15 @@ type Launch struct {
 	Files   []*os.File
 	Release func()
 	apply   func(*syscall.SysProcAttr)
+	// sp is the helper's spec and namespaced says the helper gets its
+	// own namespaces: what a pooled helper needs (PooledHelper.Hand).
+	sp         spec
+	namespaced bool
 }
+
+// Poolable reports whether a pre-started helper can run this start (see
+// PooledHelper): the helper gets namespaces of its own.
+func (l Launch) Poolable() bool { return l.namespaced }
 
 // Apply sets the namespaces and id mappings the helper is cloned with.
 func (l Launch) Apply(attr *syscall.SysProcAttr) {

@@ -280,6 +280,11 @@ func InstallSeccomp(opts SeccompOptions) error {
 	if err != nil {
 		return err
 	}
+	return installSeccompProgram(prog, opts.ThisThreadOnly)
+}
+
+// installSeccompProgram installs a program buildSeccompProgram made.
+func installSeccompProgram(prog []unix.SockFilter, thisThreadOnly bool) error {
 
 	// no_new_privs is per thread; set it on the thread that calls seccomp().
 	// TSYNC then propagates both the filter and no_new_privs to all threads.
@@ -298,7 +303,7 @@ func InstallSeccomp(opts SeccompOptions) error {
 
 	fprog := unix.SockFprog{Len: uint16(len(prog)), Filter: &prog[0]}
 	var flags uintptr = unix.SECCOMP_FILTER_FLAG_TSYNC
-	if opts.ThisThreadOnly {
+	if thisThreadOnly {
 		flags = 0
 	}
 	r, _, errno := unix.RawSyscall(unix.SYS_SECCOMP,
