@@ -138,6 +138,7 @@ func executorLimitFlags(fs *flag.FlagSet) (*executor.Config, *engine.LocalBacken
 	flagChoices(fs, "cgroups", "auto", "off")
 	fs.Var(&cgroupFlags.memoryMax, "memory-max", "each command's memory limit (cgroup memory.max), e.g. 2G; must be enforceable here (default: none)")
 	fs.Uint64Var(&cfg.SandboxLimits.OpenFiles, "rlimit-nofile", cfg.SandboxLimits.OpenFiles, "sandboxed commands' open-file limit (RLIMIT_NOFILE; 0: inherited)")
+	fs.Var((*poolSizeFlag)(&backend.SandboxPool), "sandbox-pool", fmt.Sprintf("sandbox helpers kept started ahead of sandboxed commands, each for one command (0: none; at most %d; default one per core, 2 to 4)", engine.MaxSandboxPool))
 	fs.Var((*uSizeFlag)(&cfg.SandboxLimits.FileSize), "rlimit-fsize", "sandboxed commands' largest file, e.g. 16G (RLIMIT_FSIZE; 0: inherited)")
 	fs.Uint64Var(&cfg.SandboxLimits.Processes, "rlimit-nproc", cfg.SandboxLimits.Processes, "sandboxed commands' RLIMIT_NPROC, which counts every process of the user (0: inherited; prefer --pids-max)")
 	fs.Var(sandboxUserFlag{&cfg.SandboxUser}, "sandbox-user", "as root: the host UID:GID sandboxed commands run as (root only inside their user namespace; never 0; default 65534:65534)")
@@ -241,6 +242,30 @@ func useCgroups(log *zap.Logger, backend *engine.LocalBackend) (func(), error) {
 	log.Info("a cgroup per command", fields...)
 	backend.Cgroups = m
 	return m.Close, nil
+}
+
+// poolSizeFlag is --sandbox-pool: 0 to engine.MaxSandboxPool.
+type poolSizeFlag int
+
+func (p *poolSizeFlag) String() string { return strconv.Itoa(int(*p)) }
+
+func (p *poolSizeFlag) Set(v string) error {
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 0 || n > engine.MaxSandboxPool {
+		return fmt.Errorf("want 0 to %d helpers, got %q", engine.MaxSandboxPool, v)
+	}
+	*p = poolSizeFlag(n)
+	return nil
+}
+
+// warmSandbox fills the backend's sandbox pool for srv's sandboxed
+// commands, where this machine gives them namespaces of their own.
+func warmSandbox(log *zap.Logger, backend *engine.LocalBackend, srv *executor.Server) {
+	if backend.SandboxPool == 0 || !sandbox.Probe().MountNamespaces {
+		return
+	}
+	backend.WarmSandbox(srv.Config().SandboxUser)
+	log.Info("sandbox pool", zap.Int("helpers", backend.SandboxPool))
 }
 
 // uSizeFlag is sizeFlag for a uint64 field.
@@ -381,6 +406,7 @@ func cmdExecutorServe(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "outpost:", err)
 		return 2
 	}
+	warmSandbox(log, backend, srv)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	shutdown := func() {

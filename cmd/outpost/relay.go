@@ -479,6 +479,7 @@ func cmdExecutorJoin(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "outpost:", err)
 		return 1
 	}
+	warmSandbox(log, backend, srv)
 	joinCfg := executor.JoinConfig{RelayURL: *relayURL, Key: key.Keypair(), ID: *id, Token: *token, Labels: labels, Version: version,
 		HandshakeTimeout: *handshakeTimeout, FirstByteTimeout: *firstByteTimeout, MaxHandshakes: *maxHandshakes, MaxHandshakesPerAddress: *maxPerSession}
 	if *authorized != "" {
