@@ -52,6 +52,7 @@ import (
 	"time"
 
 	"github.com/outpost-exec/outpost/client"
+	"github.com/outpost-exec/outpost/engine"
 	"github.com/outpost-exec/outpost/executor"
 	"github.com/outpost-exec/outpost/identity"
 	"github.com/outpost-exec/outpost/internal/fakemodel"
@@ -282,12 +283,22 @@ func (b *bench) skip(metric, target, why string) {
 
 // timed runs f n times and records p50/p99.
 func (b *bench) timed(metric, target string, n int, f func() error) {
+	b.timedSettled(metric, target, n, nil, f)
+}
+
+// timedSettled is timed with settle, untimed, before every run.
+func (b *bench) timedSettled(metric, target string, n int, settle func(), f func() error) {
+	if settle == nil {
+		settle = func() {}
+	}
+	settle()
 	if err := f(); err != nil { // warm-up
 		b.skip(metric, target, err.Error())
 		return
 	}
 	d := make([]time.Duration, 0, n)
 	for range n {
+		settle()
 		t0 := time.Now()
 		if err := f(); err != nil {
 			b.skip(metric, target, err.Error())
@@ -487,9 +498,17 @@ func (b *bench) sandboxOverhead() {
 	const metric = "sandbox_overhead"
 	b.timed(metric, "local-limit", *runs, func() error { return exec.Command("/bin/true").Run() })
 	limit := b.results[len(b.results)-1]
-	engine := func(target string, policy any) *Result {
+	// viaExecutor times /bin/true started through an embedded executor's
+	// session with policy, its backend keeping pool pre-started helpers.
+	// Every run starts from a settled machine: 10 ms after the one before
+	// (the helper's reaping and the pool's refill done), with the pool
+	// full — "warm" — when there is one.
+	viaExecutor := func(target string, policy any, pool int) *Result {
+		backend := engine.NewLocalBackend()
+		backend.SandboxPool = pool
 		cfg := executor.DefaultConfig()
 		cfg.DefaultCwd = b.dir
+		cfg.Backend = backend
 		srv, err := executor.NewServer(cfg)
 		if err != nil {
 			b.skip(metric, target, err.Error())
@@ -501,8 +520,19 @@ func (b *bench) sandboxOverhead() {
 			b.skip(metric, target, err.Error())
 			return nil
 		}
+		if pool > 0 {
+			backend.WarmSandbox(srv.Config().SandboxUser)
+		}
+		settle := func() {
+			time.Sleep(10 * time.Millisecond)
+			for deadline := time.Now().Add(10 * time.Second); pool > 0 && time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+				if st, ok := backend.SandboxPoolStats(); ok && st.Ready == st.Size {
+					return
+				}
+			}
+		}
 		i := 0
-		b.timed(metric, target, *runs, func() error {
+		b.timedSettled(metric, target, *runs, settle, func() error {
 			i++
 			p, err := sess.StartProcess(context.Background(), protocol.ExecParams{ProcessID: "b" + strconv.Itoa(i), Argv: []string{"/bin/true"}, Env: map[string]string{}, Sandbox: policy})
 			if err != nil {
@@ -511,17 +541,25 @@ func (b *bench) sandboxOverhead() {
 			<-p.Log().Closed()
 			return nil
 		})
-		return &b.results[len(b.results)-1]
+		r := &b.results[len(b.results)-1]
+		if st, ok := backend.SandboxPoolStats(); ok && r.Skipped == "" {
+			r.PoolTaken, r.PoolMissed = intp(int(st.Taken)), intp(int(st.Missed))
+		}
+		return r
 	}
-	base := engine("outpost-unsandboxed", nil)
+	overhead := func(r, base *Result) {
+		if r != nil && r.P50Ms != nil && base != nil && base.P50Ms != nil {
+			r.OverheadMs = f64(*r.P50Ms - *base.P50Ms)
+		}
+	}
+	workspaceWrite := map[string]any{"mode": "workspace-write"}
+	base := viaExecutor("outpost-unsandboxed", nil, 0)
 	if err := sandbox.Probe().Check(sandbox.Policy{Mode: sandbox.ModeWorkspaceWrite}); err != nil {
 		b.skip(metric, "outpost-sandbox", err.Error())
 	} else {
 		// The helper is the real outpost binary re-executed, as by default.
 		sandbox.SetHelperBinary(b.bin)
-		if r := engine("outpost-sandbox", map[string]any{"mode": "workspace-write"}); r != nil && r.P50Ms != nil && base != nil && base.P50Ms != nil {
-			r.OverheadMs = f64(*r.P50Ms - *base.P50Ms)
-		}
+		overhead(viaExecutor("outpost-sandbox", workspaceWrite, 0), base)
 		// And through the dedicated outpost-sandbox binary (--sandbox-helper).
 		helper := filepath.Join(b.dir, "outpost-sandbox")
 		build := exec.Command("go", "build", "-o", helper, "./cmd/outpost-sandbox")
@@ -531,8 +569,11 @@ func (b *bench) sandboxOverhead() {
 			b.skip(metric, "outpost-sandbox-helper", fmt.Sprintf("go build: %v: %s", err, lastLines(out, 3)))
 		} else if err := sandbox.UseHelper(helper); err != nil {
 			b.skip(metric, "outpost-sandbox-helper", err.Error())
-		} else if r := engine("outpost-sandbox-helper", map[string]any{"mode": "workspace-write"}); r != nil && r.P50Ms != nil && base != nil && base.P50Ms != nil {
-			r.OverheadMs = f64(*r.P50Ms - *base.P50Ms)
+		} else {
+			overhead(viaExecutor("outpost-sandbox-helper", workspaceWrite, 0), base)
+			// Pre-started helpers (the executor's default), warm.
+			overhead(viaExecutor("outpost-sandbox-pool", workspaceWrite, engine.DefaultSandboxPool()), base)
+			b.sandboxBurst(workspaceWrite, base)
 		}
 	}
 	if why, ok := b.skipped["bwrap"]; ok {
@@ -543,6 +584,74 @@ func (b *bench) sandboxOverhead() {
 	if r := &b.results[len(b.results)-1]; r.P50Ms != nil && limit.P50Ms != nil {
 		r.OverheadMs = f64(*r.P50Ms - *limit.P50Ms)
 	}
+}
+
+func intp(v int) *int { return &v }
+
+// burstSize is how many sandboxed starts sandboxBurst makes at once.
+const burstSize = 100
+
+// sandboxBurst starts burstSize sandboxed /bin/true at once through an
+// executor with the default pool, warm: the first few take pre-started
+// helpers, the rest start their own while the pool refills. Each start's
+// own start-to-exit time makes the percentiles; none may fail.
+func (b *bench) sandboxBurst(policy any, base *Result) {
+	const metric, target = "sandbox_overhead", "outpost-sandbox-pool-burst"
+	backend := engine.NewLocalBackend()
+	cfg := executor.DefaultConfig()
+	cfg.DefaultCwd = b.dir
+	cfg.Backend = backend
+	cfg.MaxProcessesPerSession = 2 * burstSize
+	srv, err := executor.NewServer(cfg)
+	if err != nil {
+		b.skip(metric, target, err.Error())
+		return
+	}
+	defer srv.Shutdown(context.Background())
+	sess, err := srv.OpenSession()
+	if err != nil {
+		b.skip(metric, target, err.Error())
+		return
+	}
+	backend.WarmSandbox(srv.Config().SandboxUser)
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+		if st, ok := backend.SandboxPoolStats(); ok && st.Ready == st.Size {
+			break
+		}
+	}
+	d := make([]time.Duration, burstSize)
+	errs := 0
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	t0 := time.Now()
+	for i := range burstSize {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			start := time.Now()
+			p, err := sess.StartProcess(context.Background(), protocol.ExecParams{ProcessID: "burst" + strconv.Itoa(i), Argv: []string{"/bin/true"}, Env: map[string]string{}, Sandbox: policy})
+			if err == nil {
+				<-p.Log().Closed()
+				if st := p.Log().Snapshot(); !st.Exited || st.ExitCode != 0 {
+					err = fmt.Errorf("exit %d", st.ExitCode)
+				}
+			}
+			d[i] = time.Since(start)
+			if err != nil {
+				mu.Lock()
+				errs++
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	wall := time.Since(t0)
+	p50, p99 := peers.Percentiles(d)
+	r := Result{Metric: metric, Target: target, Runs: burstSize, P50Ms: f64(p50), P99Ms: f64(p99), WallS: f64(wall.Seconds()), Errors: intp(errs)}
+	if st, ok := backend.SandboxPoolStats(); ok {
+		r.PoolTaken, r.PoolMissed = intp(int(st.Taken)), intp(int(st.Missed))
+	}
+	b.add(r)
 }
 
 // copyFile uploads a 1 GiB file with outpost cp (through the relay and

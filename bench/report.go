@@ -27,6 +27,10 @@ type Result struct {
 	// codex-exec-server, ssh, bwrap): time / time, or rate / rate.
 	VsLimit    *float64 `json:"vs_limit,omitempty"`
 	VsBestPeer *float64 `json:"vs_best_peer,omitempty"`
+	// PoolTaken and PoolMissed: of a sandbox_overhead row's starts, those
+	// a pre-started helper ran and those that started their own.
+	PoolTaken  *int `json:"pool_taken,omitempty"`
+	PoolMissed *int `json:"pool_missed,omitempty"`
 	// Skipped says why a row has no figures.
 	Skipped string `json:"skipped,omitempty"`
 }
@@ -117,6 +121,9 @@ func writeMarkdown(w io.Writer, rep Report) {
 		}
 		if r.WallS != nil {
 			other = append(other, fmt.Sprintf("wall %.2f s", *r.WallS))
+		}
+		if r.PoolTaken != nil && r.PoolMissed != nil {
+			other = append(other, fmt.Sprintf("%d pooled, %d not", *r.PoolTaken, *r.PoolMissed))
 		}
 		if r.Errors != nil {
 			other = append(other, fmt.Sprintf("%d errors", *r.Errors))
