@@ -256,6 +256,7 @@ func (b *LocalBackend) Start(ctx context.Context, spec Spec) (Process, error) {
 			p.cg = cg
 		}
 		if spec.SandboxSetup != nil {
+			launch.Hold()
 			cmd.Env = append([]string{launch.Env}, cmd.Env...)
 			cmd.ExtraFiles = launch.Files
 			launch.Apply(cmd.SysProcAttr)
@@ -326,6 +327,17 @@ func (b *LocalBackend) startPooled(p *localProcess, l sandbox.Launch) bool {
 		pool.refillSoon(p.exited)
 		return false
 	}
+	// The placeholders are made while the helper takes its descriptors;
+	// a helper that does not take them is replaced by a fresh one (which
+	// finds the placeholders held).
+	l.Hold()
+	if err := h.h.Taken(poolHandTimeout); err != nil {
+		h.discard()
+		pool.count(false)
+		pool.refillSoon(p.exited)
+		return false
+	}
+	h.h.Proceed()
 	pool.count(true)
 	pool.refillSoon(p.exited)
 	p.cmd = h.h.Cmd

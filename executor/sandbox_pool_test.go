@@ -89,7 +89,7 @@ func pooledHelpers(t *testing.T, parent int) []int {
 			continue
 		}
 		cmdline, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
-		if string(cmdline) != "outpost-sandbox\x00--pooled\x00" {
+		if !strings.HasPrefix(string(cmdline), "outpost-sandbox\x00--pooled\x00") {
 			continue
 		}
 		if parent == 0 || ppid(pid) == parent {
@@ -214,24 +214,35 @@ func TestSandboxPoolBehavesAsAFreshHelper(t *testing.T) {
 func TestSandboxPoolHelperServesOneCommand(t *testing.T) {
 	_, sess, b := newPoolSession(t, 2)
 	cwd := t.TempDir()
-	// Each command has a PID, user and mount namespace of its own, and
-	// no helper is used twice.
+	// Two commands running at once (namespace numbers are reused once
+	// one is gone) have a PID, user and mount namespace each, and their
+	// own helpers.
+	var procs []engine.Process
 	seen := map[string]bool{}
-	for i := range 4 {
-		r := runPoolCase(t, sess, cwd, protocol.ExecParams{Argv: []string{"/bin/sh", "-c", "readlink /proc/self/ns/pid /proc/self/ns/user /proc/self/ns/mnt"}})
-		f := strings.Fields(r.out)
-		if r.code != 0 || len(f) != 3 {
-			t.Fatalf("run %d: %+v", i, r)
+	for i := range 2 {
+		id := fmt.Sprintf("pool-%d", newID())
+		if _, err := sess.Start(context.Background(), protocol.ExecParams{ProcessID: id, Argv: []string{"/bin/sh", "-c", "readlink /proc/self/ns/pid /proc/self/ns/user /proc/self/ns/mnt; echo ready; sleep 600"}, Cwd: cwd, Sandbox: map[string]any{"mode": "workspace-write"}}); err != nil {
+			t.Fatal(err)
 		}
-		for _, ns := range f {
+		p := sess.lookup(id).proc
+		procs = append(procs, p)
+		out := waitOutput(t, p, "ready")
+		f := strings.Fields(out)
+		if len(f) != 4 {
+			t.Fatalf("run %d: %q", i, out)
+		}
+		for _, ns := range f[:3] {
 			if seen[ns] {
-				t.Fatalf("run %d shares %s with an earlier command", i, ns)
+				t.Fatalf("run %d shares %s with the other command", i, ns)
 			}
 			seen[ns] = true
 		}
-		waitPoolFull(t, b)
 	}
-	if st, _ := b.SandboxPoolStats(); st.Taken != 4 {
+	for _, p := range procs {
+		p.Kill()
+		collect(t, p)
+	}
+	if st, _ := b.SandboxPoolStats(); st.Taken != 2 {
 		t.Fatalf("%+v", st)
 	}
 }

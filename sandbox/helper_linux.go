@@ -35,7 +35,7 @@ func HelperMain() {
 	if len(os.Args) == 2 && os.Args[1] == holdArg {
 		holdNamespace()
 	}
-	if len(os.Args) == 2 && os.Args[1] == pooledArg {
+	if len(os.Args) >= 2 && os.Args[1] == pooledArg {
 		pooledMain()
 	}
 	raw, ok := os.LookupEnv(helperPolicyEnv)
@@ -60,29 +60,41 @@ func HelperMain() {
 
 // prebuilt is what a pooled helper makes before its command exists: the
 // PID namespace's /proc, the Landlock rulesets of the system paths (on
-// /proc's new inode) and the seccomp programs, for the network on and off
-// and set-ID modes allowed or not. A nil *prebuilt has nothing: everything
+// /proc's new inode), one for the network on and one off, and the seccomp
+// filter of every command of its shape (set-ID modes denied or not), in
+// force on the helper's thread already (a command with the network off
+// adds the small network filter), and the bounding set without the
+// capabilities every command loses. A nil *prebuilt has nothing: everything
 // is made for the command.
 type prebuilt struct {
 	procMounted bool
-	landlock    [2]*preparedLandlock    // [network off]; nil: make at the command
-	seccomp     [2][2][]unix.SockFilter // [network off][deny set-ID]
+	// placeholdersMade waits until the executor has made the
+	// placeholders this helper is to protect (PooledHelper.Proceed).
+	placeholdersMade func() error
+	landlock         [2]*preparedLandlock // [network off]; nil: make at the command
+	// seccompDenySetID says which base filter is installed; nil: none.
+	seccompDenySetID *bool
+	networkFilter    []unix.SockFilter
 }
 
 // prebuild makes what it can; what fails is left to the command's set-up,
 // which reports it.
-func prebuild() *prebuilt {
+func prebuild(denySetID bool) *prebuilt {
 	pre := &prebuilt{procMounted: mountProc() == nil}
+	dropBounding(boundingCapsDropped)
 	for i, denyTCP := range []bool{false, true} {
 		rules := LandlockRules{ReadOnly: DefaultReadOnlySystemPaths(), ReadWrite: DefaultReadWriteDevices(), DenyTCP: denyTCP, ThisThreadOnly: true}
 		if pl, _, err := prepareLandlock(rules); err == nil {
 			pre.landlock[i] = pl
 		}
-		for j, denySetID := range []bool{false, true} {
-			if prog, err := buildSeccompProgram(SeccompOptions{DenyNetwork: denyTCP, DenySetID: denySetID}); err == nil {
-				pre.seccomp[i][j] = prog
-			}
-		}
+	}
+	netProg, err := buildSeccompNetworkProgram()
+	if err != nil {
+		return pre
+	}
+	prog, err := buildSeccompProgram(SeccompOptions{DenySetID: denySetID})
+	if err == nil && installSeccompProgram(prog, true) == nil {
+		pre.seccompDenySetID, pre.networkFilter = &denySetID, netProg
 	}
 	return pre
 }
@@ -94,11 +106,18 @@ func (p *prebuilt) ruleset(networkOff bool) *preparedLandlock {
 	return p.landlock[boolIndex(networkOff)]
 }
 
-func (p *prebuilt) seccompProgram(networkOff, denySetID bool) []unix.SockFilter {
-	if p == nil {
+// installSeccomp completes the filter for sp: nothing more than the base
+// filter with the network on; the network filter on top with it off.
+// Without a prebuilt base filter of sp's set-ID choice, it installs the
+// whole filter (stacked on any other: stricter, never looser).
+func (p *prebuilt) installSeccomp(sp spec) error {
+	if p == nil || p.seccompDenySetID == nil || *p.seccompDenySetID != sp.DenySetID {
+		return InstallSeccomp(SeccompOptions{DenyNetwork: !sp.Network, DenySetID: sp.DenySetID, ThisThreadOnly: true})
+	}
+	if sp.Network {
 		return nil
 	}
-	return p.seccomp[boolIndex(networkOff)][boolIndex(denySetID)]
+	return installSeccompProgram(p.networkFilter, true)
 }
 
 // close drops the rulesets: the command must not inherit them.
@@ -143,16 +162,12 @@ func runCommand(sp spec, args, env []string, caught <-chan struct{}, report func
 	if err := applyMounts(sp, pre != nil && pre.procMounted); err != nil {
 		fail("%v", err)
 	}
-	if sp.Dir != "" {
-		if err := os.Chdir(sp.Dir); err != nil {
-			fail("entering the working directory: %v", err)
-		}
-	}
-	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
-		fail("no_new_privs: %v", err)
-	}
+	// The Landlock rules of the command's own paths attach to their inodes
+	// (the workspaces' mounts are in place), which the read-only clones
+	// protectAll puts on the protected names keep.
+	var ll *preparedLandlock
 	if !sp.FullWrite {
-		ll := pre.ruleset(!sp.Network)
+		ll = pre.ruleset(!sp.Network)
 		var err error
 		if ll == nil {
 			ll, _, err = prepareLandlock(LandlockRules{ReadOnly: DefaultReadOnlySystemPaths(), ReadWrite: DefaultReadWriteDevices(), DenyTCP: !sp.Network, ThisThreadOnly: true})
@@ -161,12 +176,34 @@ func runCommand(sp spec, args, env []string, caught <-chan struct{}, report func
 		// since the policy was resolved (another command's placeholder)
 		// gets no rule, which denies it.
 		if err == nil {
-			if err = ll.addPaths(sp.ReadOnly, sp.ReadWrite); err == nil {
-				err = ll.restrictSelf()
-			}
+			err = ll.addPaths(sp.ReadOnly, sp.ReadWrite)
 		}
 		if err != nil {
 			fail("landlock: %v", err)
+		}
+	}
+	if pre != nil && pre.placeholdersMade != nil {
+		if err := pre.placeholdersMade(); err != nil {
+			fail("%v", err)
+		}
+	}
+	if err := protectAll(sp); err != nil {
+		fail("%v", err)
+	}
+	if sp.Dir != "" {
+		if err := os.Chdir(sp.Dir); err != nil {
+			fail("entering the working directory: %v", err)
+		}
+	}
+	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
+		fail("no_new_privs: %v", err)
+	}
+	if ll != nil {
+		if err := ll.restrictSelf(); err != nil {
+			fail("landlock: %v", err)
+		}
+		if pre == nil {
+			ll.close()
 		}
 	}
 	pre.close()
@@ -178,12 +215,15 @@ func runCommand(sp spec, args, env []string, caught <-chan struct{}, report func
 	if err := applyLimits(sp.Limits); err != nil {
 		fail("%v", err)
 	}
-	dropCapabilities(sp)
-	if prog := pre.seccompProgram(!sp.Network, sp.DenySetID); prog != nil {
-		if err := installSeccompProgram(prog, true); err != nil {
-			fail("seccomp: %v", err)
+	if pre != nil {
+		// The rest went before the command existed (prebuild).
+		if !sp.Network {
+			dropBounding(networkCapsDropped)
 		}
-	} else if err := InstallSeccomp(SeccompOptions{DenyNetwork: !sp.Network, DenySetID: sp.DenySetID, ThisThreadOnly: true}); err != nil {
+	} else {
+		dropCapabilities(sp)
+	}
+	if err := pre.installSeccomp(sp); err != nil {
 		fail("seccomp: %v", err)
 	}
 	path := args[0]
@@ -304,18 +344,30 @@ func applyLimits(l Limits) error {
 	return nil
 }
 
-// dropCapabilities removes, from the bounding set, the capabilities a
-// command running as root could use to undo the sandbox's mounts or reach
-// around it.
-func dropCapabilities(sp spec) {
-	// Landlock does not cover chmod, chown or xattrs, so a root command
-	// must not keep the capabilities that bypass file ownership either.
-	caps := []uintptr{unix.CAP_SYS_ADMIN, unix.CAP_SYS_PTRACE, unix.CAP_SYS_MODULE, unix.CAP_SYS_RAWIO,
+// boundingCapsDropped are removed from the bounding set of every
+// sandboxed command: those a command running as root could use to undo
+// the sandbox's mounts or reach around it. Landlock does not cover chmod,
+// chown or xattrs, so a root command must not keep the capabilities that
+// bypass file ownership either. networkCapsDropped go too with the
+// network off.
+var (
+	boundingCapsDropped = []uintptr{unix.CAP_SYS_ADMIN, unix.CAP_SYS_PTRACE, unix.CAP_SYS_MODULE, unix.CAP_SYS_RAWIO,
 		unix.CAP_CHOWN, unix.CAP_FOWNER, unix.CAP_FSETID, unix.CAP_MKNOD, unix.CAP_SETFCAP,
 		unix.CAP_LINUX_IMMUTABLE, unix.CAP_DAC_OVERRIDE, unix.CAP_DAC_READ_SEARCH, unix.CAP_SYS_CHROOT, unix.CAP_SYS_BOOT}
+	networkCapsDropped = []uintptr{unix.CAP_NET_ADMIN, unix.CAP_NET_RAW}
+)
+
+// dropCapabilities removes sp's capabilities from the bounding set. The
+// bounding set limits what an execve grants, not what this helper holds:
+// its set-up keeps working.
+func dropCapabilities(sp spec) {
+	dropBounding(boundingCapsDropped)
 	if !sp.Network {
-		caps = append(caps, unix.CAP_NET_ADMIN, unix.CAP_NET_RAW)
+		dropBounding(networkCapsDropped)
 	}
+}
+
+func dropBounding(caps []uintptr) {
 	for _, c := range caps {
 		unix.Prctl(unix.PR_CAPBSET_DROP, c, 0, 0, 0) // EPERM without CAP_SETPCAP: nothing to drop
 	}

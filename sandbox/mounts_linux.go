@@ -225,39 +225,21 @@ func releasePlaceholder(path string) {
 func (p Prepared) setup() (Launch, error) {
 	sp := p.sp
 	var l Launch
-	var placed []string
 	fail := func(err error) (Launch, error) {
 		for _, f := range l.Files {
 			f.Close()
 		}
-		for _, ph := range placed {
-			releasePlaceholder(ph)
-		}
 		return Launch{}, err
 	}
+	holds := &placeholderHolds{}
 	if sp.MountNamespace {
-		// A protected name found present may be another command's
-		// placeholder, removed when that command ends: this command
-		// holds it too, or makes its own if it is gone already.
-		for _, pr := range sp.Protected {
-			if retainPlaceholder(pr) {
-				placed = append(placed, pr)
-			} else if _, err := os.Lstat(pr); errors.Is(err, os.ErrNotExist) {
-				if ok, err := acquirePlaceholder(pr); err == nil && ok {
-					placed = append(placed, pr)
-				}
-			}
-		}
-		for _, a := range p.absent {
-			ok, err := acquirePlaceholder(a)
-			if err != nil {
-				continue // the root is gone or not a directory: nothing to hold
-			}
-			if ok {
-				placed = append(placed, a)
-			}
-			sp.Protected = append(sp.Protected, a)
-		}
+		holds.present = append([]string(nil), sp.Protected...)
+		holds.absent = p.absent
+		// Absent names are protected whether their placeholder is made
+		// (by Hold) or something else appears there first; where nothing
+		// can stand (the root is gone), the helper finds nothing to
+		// protect.
+		sp.Protected = append(sp.Protected, p.absent...)
 		for _, m := range p.mounts {
 			ms := mountSpec{Path: m.Path, ReadOnly: m.ReadOnly}
 			if m.ReadOnly && depth(m.Path) <= 1 {
@@ -298,12 +280,56 @@ func (p Prepared) setup() (Launch, error) {
 			usernsAttr(attr, user)
 		}
 	}
-	l.Release = func() {
-		for _, ph := range placed {
-			releasePlaceholder(ph)
+	l.hold, l.Release = holds.hold, holds.release
+	return l, nil
+}
+
+// placeholderHolds are the placeholders one command holds (Launch.Hold),
+// released after it (Launch.Release).
+type placeholderHolds struct {
+	present []string // protected names found present when resolving
+	absent  []string // protected names found absent
+
+	mu     sync.Mutex
+	held   bool
+	placed []string
+}
+
+// hold makes sure a placeholder stands for every absent name, and holds
+// any placeholder of another command's among the names found present: it
+// could be removed while this command runs (if it is gone already, this
+// command makes its own).
+func (h *placeholderHolds) hold() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.held {
+		return
+	}
+	h.held = true
+	for _, pr := range h.present {
+		if retainPlaceholder(pr) {
+			h.placed = append(h.placed, pr)
+		} else if _, err := os.Lstat(pr); errors.Is(err, os.ErrNotExist) {
+			if ok, err := acquirePlaceholder(pr); err == nil && ok {
+				h.placed = append(h.placed, pr)
+			}
 		}
 	}
-	return l, nil
+	for _, a := range h.absent {
+		// An error: the root is gone or not a directory, nothing to hold.
+		if ok, err := acquirePlaceholder(a); err == nil && ok {
+			h.placed = append(h.placed, a)
+		}
+	}
+}
+
+func (h *placeholderHolds) release() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, ph := range h.placed {
+		releasePlaceholder(ph)
+	}
+	h.placed = nil
 }
 
 // needsIDMap reports whether user can use path only through an ID-mapped
@@ -390,11 +416,6 @@ func applyMounts(sp spec, procMounted bool) error {
 			return fmt.Errorf("making the stand-in for %s read-only: %w", d, err)
 		}
 	}
-	for _, p := range sp.Protected {
-		if err := protectPath(p); err != nil {
-			return err
-		}
-	}
 	if !procMounted {
 		if err := mountProc(); err != nil {
 			return err
@@ -407,6 +428,21 @@ func applyMounts(sp spec, procMounted bool) error {
 	}
 	if !sp.Network {
 		if err := hideSockets(sp.ReadWrite); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// protectAll puts read-only clones on the protected names (applyMounts
+// first). They go last: the placeholders of absent names may be made
+// while the rest is set up (see PooledHelper.Proceed).
+func protectAll(sp spec) error {
+	if !sp.MountNamespace {
+		return nil
+	}
+	for _, p := range sp.Protected {
+		if err := protectPath(p); err != nil {
 			return err
 		}
 	}
@@ -536,8 +572,8 @@ func (s *standIns) makePath(path string, isDir bool) error {
 // the link itself is covered) on top of p.
 func protectPath(p string) error {
 	fd, err := unix.OpenTree(unix.AT_FDCWD, p, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_RECURSIVE|unix.AT_SYMLINK_NOFOLLOW)
-	if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.EACCES) {
-		return nil // gone, or out of the command's reach anyway
+	if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ENOTDIR) || errors.Is(err, unix.EACCES) {
+		return nil // gone (or its root), or out of the command's reach anyway
 	}
 	if err != nil {
 		return fmt.Errorf("protecting %s: %w", p, err)

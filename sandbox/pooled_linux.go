@@ -4,48 +4,55 @@ package sandbox
 
 // Pre-started helpers: the clone into new user, mount and PID namespaces,
 // the helper's exec and its Go runtime's start are what a sandboxed start
-// spends before any per-command work (about 2 ms of the 3.6 measured).
-// A pooled helper has done them before the command exists, and waits on a
-// socket for exactly one command.
+// spent before any per-command work (about 2 ms of the 3.6 measured). A
+// pooled helper has done them before its command exists — and mounted its
+// /proc, built the Landlock rulesets of the system paths, installed the
+// seccomp filter of its shape and dropped the bounding capabilities every
+// command loses — and waits on a socket for exactly one command.
 //
-// The executor starts it as HelperName --pooled, with
+// The executor starts it as HelperName --pooled [--deny-setid], with
 //   - fd 3: its end of a Unix stream socket pair; fds 0–2: /dev/null;
 //   - the namespaces and id maps of its shape (usernsAttr: the host id the
 //     command will run as), a session of its own (it is its process group
-//     and session leader, so pgid = pid as for any command), the
+//     and session leader, so pgid = pid as for any sandboxed command), the
 //     parent-death signal, and — the engine's part — the command's cgroup.
 //
-// On the socket, every message is a frame: a 4-byte big-endian length,
-// then that many bytes.
+// The messages on the socket:
 //
-//	helper → executor  ready     its Identity(), once its runtime is up, its
-//	                             signals caught and its decoders warm
-//	executor → helper  request   JSON pooledRequest; the same sendmsg
+//	helper → executor  ready     a 4-byte big-endian length and the
+//	                             helper's Identity(), once all the above
+//	                             is done
+//	executor → helper  request   the same length prefix and a
+//	                             pooledRequest (pooledwire.go); the sendmsg
 //	                             carries SCM_RIGHTS: stdin, stdout, stderr,
 //	                             then the Launch's detached mounts in order
-//	helper → executor  ack       one byte, pooledAck, once the descriptors
-//	                             are in place (and the terminal is its
-//	                             controlling one): from then on the command
-//	                             is this helper's, exactly as a freshly
-//	                             started helper's would be
+//	helper → executor  taken     one byte, pooledTaken, once it holds the
+//	                             descriptors (the terminal as its
+//	                             controlling one)
+//	executor → helper  proceed   one byte, pooledProceed, once the
+//	                             placeholders of absent protected names are
+//	                             made (Launch.Hold, about 0.15 ms a name on
+//	                             ext4 here, made while the helper takes its
+//	                             descriptors, places the workspaces and adds
+//	                             its Landlock rules); the helper waits for
+//	                             it before it protects those names
+//	helper → executor  exit      one byte, pooledExit, and the 4-byte exit
+//	                             status the helper is about to exit with,
+//	                             once the command has exited and everything
+//	                             else in its namespace is killed and reaped
 //
-//	helper → executor  exit      pooledExit and the 4-byte exit status the
-//	                             helper is about to exit with, once the
-//	                             command has exited and everything else in
-//	                             its namespace is killed and reaped
-//
-// Between ack and exit the helper goes on as a helper started for that
-// command does (runCommand); the socket is close-on-exec, so the command
-// never holds it. The exit message saves the executor the wait for the
-// helper's own exit, which includes tearing its namespaces down (about
-// half a millisecond here). Anything short of the ack — the helper
-// gone, a bad frame, no answer within the caller's deadline — leaves the
-// command unstarted, so the caller kills the helper and starts the command
-// the usual way. A helper serves one command and never another.
+// Until the executor sends proceed nothing of the command has run: a
+// helper that does not say taken (it died, or it is stuck) is killed and
+// the command starts the usual way. From taken on the command is the
+// helper's, exactly as a freshly started helper's would be (a bad request
+// is reported on the command's stderr, exit status 126), and it goes on
+// as a helper started for that command does (runCommand); the socket is
+// close-on-exec, so the command never holds it. The exit message saves the executor the wait for the
+// helper's own exit, which tears its namespaces down (about half a
+// millisecond here). A helper serves one command and never another.
 
 import (
 	"encoding/binary"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -58,15 +65,23 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// pooledArg starts the helper pre-started, waiting on fd 3.
-const pooledArg = "--pooled"
+// pooledArg starts the helper pre-started, waiting on fd 3;
+// pooledDenySetIDArg after it says its commands' files land with another
+// owner's ids (spec.DenySetID), which its seccomp filter, installed before
+// any command, must know.
+const (
+	pooledArg          = "--pooled"
+	pooledDenySetIDArg = "--deny-setid"
+)
 
 // pooledSocketFD is the pooled helper's end of its socket pair.
 const pooledSocketFD = 3
 
-// pooledAck is the helper's answer once it holds the command's
-// descriptors.
-const pooledAck = 'k'
+// pooledTaken says the helper holds the command's descriptors.
+const pooledTaken = 'k'
+
+// pooledProceed tells the helper the placeholders are made.
+const pooledProceed = 'g'
 
 // pooledExit starts the helper's last message: the command's exit status
 // (4 bytes, big-endian), sent once nothing else is left in its namespace.
@@ -82,18 +97,6 @@ const maxPooledFiles = 3 + 2*MaxProtectedPaths
 
 // maxIdentityFrame bounds the ready frame.
 const maxIdentityFrame = 4 << 10
-
-// pooledRequest is one command for a pooled helper.
-type pooledRequest struct {
-	Spec spec     `json:"spec"`
-	Argv []string `json:"argv"` // HelperName, "--", the command
-	Env  []string `json:"env"`
-	Tty  bool     `json:"tty,omitempty"`
-	// Files counts the descriptors sent with the request: 3 (stdio) plus
-	// one per mount whose FD names it (3 for the first, as in a
-	// per-command helper's fd table).
-	Files int `json:"files"`
-}
 
 // Errors of pooled helpers.
 var (
@@ -135,7 +138,11 @@ func StartPooledHelper(user *User, more func(*syscall.SysProcAttr)) (*PooledHelp
 	if err != nil {
 		return nil, fmt.Errorf("sandbox: pooled helper socket: %w", err)
 	}
-	cmd := &exec.Cmd{Path: bin, Args: []string{HelperName, pooledArg}, Env: []string{}, Dir: "/", ExtraFiles: []*os.File{theirs}}
+	args := []string{HelperName, pooledArg}
+	if user != nil {
+		args = append(args, pooledDenySetIDArg)
+	}
+	cmd := &exec.Cmd{Path: bin, Args: args, Env: []string{}, Dir: "/", ExtraFiles: []*os.File{theirs}}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Pdeathsig: syscall.SIGKILL}
 	usernsAttr(cmd.SysProcAttr, user)
 	if more != nil {
@@ -181,12 +188,12 @@ func (h *PooledHelper) Fits(l Launch) bool {
 	return h.user == nil || *h.user == *l.User
 }
 
-// Hand gives the helper its command: argv as Prepared.Argv (HelperName,
+// Hand sends the helper its command: argv as Prepared.Argv (HelperName,
 // "--", the command), the command's environment, its stdin, stdout and
 // stderr (for a terminal, the terminal three times: it becomes the
-// controlling one), and l's descriptors. It returns once the helper holds
-// them. On ErrPooledHelperGone or ErrPooledMismatch the command did not
-// start: Discard the helper and start it another way.
+// controlling one), and l's descriptors (the kernel holds copies once
+// Hand returns). Then call l.Hold, Taken and Proceed. On an error the
+// command did not start: Discard the helper and start it another way.
 func (h *PooledHelper) Hand(l Launch, argv, env []string, stdio [3]*os.File, tty bool, timeout time.Duration) error {
 	if !h.Fits(l) {
 		return ErrPooledMismatch
@@ -195,10 +202,7 @@ func (h *PooledHelper) Hand(l Launch, argv, env []string, stdio [3]*os.File, tty
 	if req.Files > maxPooledFiles {
 		return fmt.Errorf("%w: %d descriptors, at most %d", ErrPooledMismatch, req.Files, maxPooledFiles)
 	}
-	body, err := json.Marshal(req)
-	if err != nil {
-		return err
-	}
+	body := req.encode(nil)
 	if len(body) > maxPooledRequest {
 		return fmt.Errorf("%w: a request of %d bytes, at most %d", ErrPooledMismatch, len(body), maxPooledRequest)
 	}
@@ -221,11 +225,29 @@ func (h *PooledHelper) Hand(l Launch, argv, env []string, stdio [3]*os.File, tty
 	if err != nil {
 		return fmt.Errorf("%w: sending the command: %v", ErrPooledHelperGone, err)
 	}
-	var ack [1]byte
-	if _, err := io.ReadFull(h.conn, ack[:]); err != nil || ack[0] != pooledAck {
+	return nil
+}
+
+// Taken waits until the helper holds the command's descriptors. On an
+// error the command did not start (ErrPooledHelperGone): Discard the
+// helper and start the command another way.
+func (h *PooledHelper) Taken(timeout time.Duration) error {
+	h.conn.SetReadDeadline(time.Now().Add(timeout))
+	defer h.conn.SetReadDeadline(time.Time{})
+	var b [1]byte
+	if _, err := io.ReadFull(h.conn, b[:]); err != nil || b[0] != pooledTaken {
 		return fmt.Errorf("%w: no answer to the command: %v", ErrPooledHelperGone, err)
 	}
 	return nil
+}
+
+// Proceed tells the helper that l's placeholders are made (Launch.Hold):
+// it may protect them now. Without it the helper waits; a helper gone
+// meanwhile ends the command as a killed helper does.
+func (h *PooledHelper) Proceed() {
+	h.conn.SetWriteDeadline(time.Now().Add(time.Second))
+	h.conn.Write([]byte{pooledProceed})
+	h.conn.SetWriteDeadline(time.Time{})
 }
 
 // Exited waits for the exit status of the command handed to the helper;
@@ -267,10 +289,9 @@ func readFrame(r io.Reader, max int) ([]byte, error) {
 // --- helper side -------------------------------------------------------------
 
 // pooledMain is a pre-started helper: it readies itself, waits for its one
-// command on fd 3 and runs it. It never returns. A failure before the ack
-// exits without a word to the executor beyond the closed socket (the
-// executor then starts the command another way); after it, the command's
-// stderr says why, as for any helper.
+// command on fd 3 and runs it. It never returns. Once it has the command's
+// descriptors, the command's stderr says why anything failed, as for any
+// helper.
 func pooledMain() {
 	if os.Getpid() != 1 {
 		helperFail("a pooled helper must be the init of its own PID namespace")
@@ -278,26 +299,35 @@ func pooledMain() {
 	caught := catchSignals()
 	sock := os.NewFile(pooledSocketFD, "pooled-helper")
 	// Warm what the command's set-up uses first, while nobody waits: the
-	// decoder's reflection of the request's types, the build identity.
-	var warm pooledRequest
-	json.Unmarshal([]byte(`{"spec":{"network":false,"readOnly":["/a"],"readWrite":["/b"],"none":["/c"],"protected":["/d"],"limits":{"OpenFiles":1},"mounts":[{"path":"/e","fd":3}],"dir":"/"},"argv":["a"],"env":["A=b"],"files":3}`), &warm)
+	// request's decoder, the build identity.
+	decodePooledRequest(pooledRequest{Spec: spec{ReadOnly: []string{"/a"}, Mounts: []mountSpec{{Path: "/b", FD: 3}}}, Argv: []string{"a"}, Env: []string{"A=b"}, Files: 4}.encode(nil))
 	id := Identity()
-	pre := prebuild()
+	pre := prebuild(len(os.Args) > 2 && os.Args[2] == pooledDenySetIDArg)
+	pre.placeholdersMade = func() error {
+		var b [1]byte
+		if _, err := io.ReadFull(sock, b[:]); err != nil || b[0] != pooledProceed {
+			return fmt.Errorf("pooled helper: the executor did not finish the set-up: %v", err)
+		}
+		return nil
+	}
 	<-caught
 	ready := binary.BigEndian.AppendUint32(nil, uint32(len(id)))
 	if _, err := sock.Write(append(ready, id...)); err != nil {
 		os.Exit(helperExitCode)
 	}
 	req, fds, err := receiveRequest(sock)
+	if len(fds) >= 3 {
+		for i := range 3 {
+			if derr := unix.Dup3(fds[i], i, 0); derr != nil {
+				helperFail("pooled helper: taking stdio: %v", derr)
+			}
+			unix.Close(fds[i])
+		}
+	}
 	if err != nil {
 		helperFail("pooled helper: %v", err)
 	}
-	for i := range 3 {
-		if err := unix.Dup3(fds[i], i, 0); err != nil {
-			helperFail("pooled helper: taking stdio: %v", err)
-		}
-		unix.Close(fds[i])
-	}
+
 	// The spec numbers a mount's descriptor as a per-command helper
 	// inherits it (3, 4, …); here they arrived wherever the kernel put
 	// them.
@@ -314,7 +344,7 @@ func pooledMain() {
 			helperFail("pooled helper: taking the terminal: %v", err)
 		}
 	}
-	if _, err := sock.Write([]byte{pooledAck}); err != nil {
+	if _, err := sock.Write([]byte{pooledTaken}); err != nil {
 		os.Exit(helperExitCode)
 	}
 	// What the command's PATH lookup reads: this process's environment.
@@ -337,7 +367,9 @@ func cutEnv(kv, key string) (string, bool) {
 }
 
 // receiveRequest reads the request frame and the descriptors sent with it
-// (close-on-exec until placed).
+// (close-on-exec until placed); with an error about the frame, the
+// descriptors still come back, so that the error can be reported on the
+// command's stderr.
 func receiveRequest(sock *os.File) (pooledRequest, []int, error) {
 	var req pooledRequest
 	fd := int(sock.Fd())
@@ -372,11 +404,11 @@ func receiveRequest(sock *os.File) (pooledRequest, []int, error) {
 		}
 	}
 	if n < 4 {
-		return req, nil, fmt.Errorf("a request of %d bytes", n)
+		return req, fds, fmt.Errorf("a request of %d bytes", n)
 	}
 	size := binary.BigEndian.Uint32(buf[:4])
 	if size > maxPooledRequest {
-		return req, nil, fmt.Errorf("a request of %d bytes, at most %d", size, maxPooledRequest)
+		return req, fds, fmt.Errorf("a request of %d bytes, at most %d", size, maxPooledRequest)
 	}
 	body := buf[4:n]
 	if int(size) > len(body) {
@@ -384,20 +416,20 @@ func receiveRequest(sock *os.File) (pooledRequest, []int, error) {
 		body = append(make([]byte, 0, size), body...)
 		rest := make([]byte, int(size)-len(body))
 		if _, err := io.ReadFull(sock, rest); err != nil {
-			return req, nil, fmt.Errorf("reading the request: %w", err)
+			return req, fds, fmt.Errorf("reading the request: %w", err)
 		}
 		body = append(body, rest...)
 	} else if int(size) < len(body) {
-		return req, nil, errors.New("bytes after the request")
+		return req, fds, errors.New("bytes after the request")
 	}
-	if err := json.Unmarshal(body, &req); err != nil {
-		return req, nil, fmt.Errorf("bad request: %w", err)
+	if req, err = decodePooledRequest(body); err != nil {
+		return req, fds, err
 	}
 	if len(fds) != req.Files || len(fds) < 3 {
-		return req, nil, fmt.Errorf("%d descriptors with a request that names %d", len(fds), req.Files)
+		return req, fds, fmt.Errorf("%d descriptors with a request that names %d", len(fds), req.Files)
 	}
 	if len(req.Argv) < 2 {
-		return req, nil, errors.New("no command in the request")
+		return req, fds, errors.New("no command in the request")
 	}
 	return req, fds, nil
 }

@@ -29,4 +29,6 @@ func (h *PooledHelper) Fits(Launch) bool               { return false }
 func (h *PooledHelper) Hand(Launch, []string, []string, [3]*os.File, bool, time.Duration) error {
 	return ErrPooledMismatch
 }
-func (h *PooledHelper) Discard() {}
+func (h *PooledHelper) Discard()            {}
+func (h *PooledHelper) Proceed()            {}
+func (h *PooledHelper) Exited() (int, bool) { return 0, false }

@@ -102,8 +102,10 @@ type Prepared struct {
 
 // Launch is what a sandboxed start needs at the fork: the helper's spec
 // (an environment entry), the descriptors it inherits as fds 3, 4, …, and
-// the namespaces it is cloned into. Files are the caller's to close once
-// the child has started; Release, after the command has exited.
+// the namespaces it is cloned into. Hold makes the placeholders of absent
+// protected names; call it before the helper starts (or, for a pooled
+// helper, before PooledHelper.Proceed). Files are the caller's to close
+// once the child has started; Release, after the command has exited.
 type Launch struct {
 	// User is the host id the command runs as (nil: the executor's).
 	User    *User
@@ -111,10 +113,18 @@ type Launch struct {
 	Files   []*os.File
 	Release func()
 	apply   func(*syscall.SysProcAttr)
+	hold    func()
 	// sp is the helper's spec and namespaced says the helper gets its
 	// own namespaces: what a pooled helper needs (PooledHelper.Hand).
 	sp         spec
 	namespaced bool
+}
+
+// Hold makes the placeholders the helper protects (see Launch).
+func (l Launch) Hold() {
+	if l.hold != nil {
+		l.hold()
+	}
 }
 
 // Poolable reports whether a pre-started helper can run this start (see

@@ -275,6 +275,33 @@ func buildSeccompProgram(opts SeccompOptions) ([]unix.SockFilter, error) {
 //   - with DenyNetwork: socket and socketpair unless the domain is AF_UNIX.
 //
 // Everything else is allowed.
+// buildSeccompNetworkProgram is the network part of a DenyNetwork filter
+// alone: stacked on a filter built without DenyNetwork (the kernel runs
+// every filter of a thread and takes the strictest answer), the two deny
+// what the DenyNetwork filter denies.
+func buildSeccompNetworkProgram() ([]unix.SockFilter, error) {
+	arch, _, err := nativeAuditArch()
+	if err != nil {
+		return nil, err
+	}
+	var b bpfBuilder
+	allow, deny, sockCheck := b.newLabel(), b.newLabel(), b.newLabel()
+	b.loadAbs(seccompDataArch)
+	b.jump(unix.BPF_JEQ, arch, 0, deny)
+	b.loadAbs(seccompDataNr)
+	b.jump(unix.BPF_JEQ, unix.SYS_SOCKET, sockCheck, 0)
+	b.jump(unix.BPF_JEQ, unix.SYS_SOCKETPAIR, sockCheck, 0)
+	b.ret(retAllow)
+	b.mark(sockCheck)
+	b.loadAbs(seccompDataArgs + 8*0)
+	b.jump(unix.BPF_JEQ, unix.AF_UNIX, allow, deny)
+	b.mark(allow)
+	b.ret(retAllow)
+	b.mark(deny)
+	b.ret(retEPERM)
+	return b.assemble()
+}
+
 func InstallSeccomp(opts SeccompOptions) error {
 	prog, err := buildSeccompProgram(opts)
 	if err != nil {
