@@ -176,7 +176,9 @@ func acquirePlaceholder(path string) (bool, error) {
 	if err := unix.Fstatat(dir, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
 		return false, err
 	}
-	unix.Fchmodat(dir, name, 0, 0) // past the umask; already 0 unless a default ACL
+	if st.Mode&0o7777 != 0 {
+		unix.Fchmodat(dir, name, 0, 0) // a default ACL gave it bits
+	}
 	if placeholders.m == nil {
 		placeholders.m = map[string]*placeholder{}
 	}

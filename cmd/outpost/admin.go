@@ -30,6 +30,22 @@ func startExecutorAdmin(addr string, cfg *executor.Config, stderr io.Writer) (st
 			Help: "Cgroups of finished commands whose background processes still run (bounded; the oldest is killed past it)."},
 			func() float64 { return float64(m.Lingering()) }))
 	}
+	if lb, ok := cfg.Backend.(*engine.LocalBackend); ok {
+		pool := func(f func(engine.SandboxPoolStats) float64) func() float64 {
+			return func() float64 {
+				st, _ := lb.SandboxPoolStats()
+				return f(st)
+			}
+		}
+		reg.MustRegister(
+			prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "outpost_executor_sandbox_pool_ready",
+				Help: "Pre-started sandbox helpers ready for a command (--sandbox-pool)."}, pool(func(s engine.SandboxPoolStats) float64 { return float64(s.Ready) })),
+			prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "outpost_executor_sandbox_pool_taken_total",
+				Help: "Sandboxed starts a pre-started helper ran."}, pool(func(s engine.SandboxPoolStats) float64 { return float64(s.Taken) })),
+			prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "outpost_executor_sandbox_pool_missed_total",
+				Help: "Sandboxed starts that started their own helper: the pool was empty, or the helper taken had died."}, pool(func(s engine.SandboxPoolStats) float64 { return float64(s.Missed) })),
+		)
+	}
 	s, err := admin.Listen(addr, reg)
 	if err != nil {
 		return nil, nil, fmt.Errorf("--admin-listen: %w", err)
