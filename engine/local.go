@@ -327,9 +327,10 @@ func (b *LocalBackend) startPooled(p *localProcess, l sandbox.Launch) bool {
 		pool.refillSoon(p.exited)
 		return false
 	}
-	// The placeholders are made while the helper takes its descriptors;
-	// a helper that does not take them is replaced by a fresh one (which
-	// finds the placeholders held).
+	// The placeholders are made while the helper takes its descriptors
+	// and sets up what does not need them; a helper that does not take
+	// its descriptors is replaced by a fresh one (which finds the
+	// placeholders held).
 	l.Hold()
 	if err := h.h.Taken(poolHandTimeout); err != nil {
 		h.discard()
