@@ -16,8 +16,13 @@
 //     end) through the relay and direct, with scp to the same sshd, and
 //     with a local cp (the limit).
 //   - sandbox_overhead: /bin/true under outpost's sandbox against the same
-//     engine unsandboxed, and bubblewrap with codex's profile against a
-//     plain fork/exec.
+//     engine unsandboxed — a helper started per command (re-executing
+//     outpost, or the dedicated outpost-sandbox) and a warm pool of
+//     pre-started helpers, each run from a settled machine (10 ms after
+//     the one before, the pool full) — and bubblewrap with codex's profile
+//     against a plain fork/exec; then 100 sandboxed starts at once, with
+//     and without the pool (p50/p99 of each start's own time, wall,
+//     errors, how many a pooled helper ran).
 //   - codex_turn: one whole turn of the real `codex exec` against a
 //     scripted model (internal/fakemodel: one exec_command `echo hi`, then
 //     a final message), from codex's start to its exit, p50 and p99, with
@@ -573,7 +578,8 @@ func (b *bench) sandboxOverhead() {
 			overhead(viaExecutor("outpost-sandbox-helper", workspaceWrite, 0), base)
 			// Pre-started helpers (the executor's default), warm.
 			overhead(viaExecutor("outpost-sandbox-pool", workspaceWrite, engine.DefaultSandboxPool()), base)
-			b.sandboxBurst(workspaceWrite, base)
+			b.sandboxBurst("outpost-sandbox-burst", workspaceWrite, 0)
+			b.sandboxBurst("outpost-sandbox-pool-burst", workspaceWrite, engine.DefaultSandboxPool())
 		}
 	}
 	if why, ok := b.skipped["bwrap"]; ok {
@@ -592,12 +598,14 @@ func intp(v int) *int { return &v }
 const burstSize = 100
 
 // sandboxBurst starts burstSize sandboxed /bin/true at once through an
-// executor with the default pool, warm: the first few take pre-started
-// helpers, the rest start their own while the pool refills. Each start's
-// own start-to-exit time makes the percentiles; none may fail.
-func (b *bench) sandboxBurst(policy any, base *Result) {
-	const metric, target = "sandbox_overhead", "outpost-sandbox-pool-burst"
+// executor keeping pool helpers, warm: the first few take pre-started
+// helpers, the rest start their own while the pool refills (pool 0: every
+// start its own, for comparison). Each start's own start-to-exit time
+// makes the percentiles; none may fail.
+func (b *bench) sandboxBurst(target string, policy any, pool int) {
+	const metric = "sandbox_overhead"
 	backend := engine.NewLocalBackend()
+	backend.SandboxPool = pool
 	cfg := executor.DefaultConfig()
 	cfg.DefaultCwd = b.dir
 	cfg.Backend = backend
@@ -614,11 +622,12 @@ func (b *bench) sandboxBurst(policy any, base *Result) {
 		return
 	}
 	backend.WarmSandbox(srv.Config().SandboxUser)
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+	for deadline := time.Now().Add(10 * time.Second); pool > 0 && time.Now().Before(deadline); time.Sleep(time.Millisecond) {
 		if st, ok := backend.SandboxPoolStats(); ok && st.Ready == st.Size {
 			break
 		}
 	}
+	time.Sleep(10 * time.Millisecond)
 	d := make([]time.Duration, burstSize)
 	errs := 0
 	var mu sync.Mutex

@@ -44,8 +44,7 @@ package sandbox
 // Until the executor sends proceed nothing of the command has run: a
 // helper that does not say taken (it died, or it is stuck) is killed and
 // the command starts the usual way. From taken on the command is the
-// helper's, exactly as a freshly started helper's would be (a bad request
-// is reported on the command's stderr, exit status 126), and it goes on
+// helper's, exactly as a freshly started helper's would be, and it goes on
 // as a helper started for that command does (runCommand); the socket is
 // close-on-exec, so the command never holds it. The exit message saves the executor the wait for the
 // helper's own exit, which tears its namespaces down (about half a
@@ -289,9 +288,9 @@ func readFrame(r io.Reader, max int) ([]byte, error) {
 // --- helper side -------------------------------------------------------------
 
 // pooledMain is a pre-started helper: it readies itself, waits for its one
-// command on fd 3 and runs it. It never returns. Once it has the command's
-// descriptors, the command's stderr says why anything failed, as for any
-// helper.
+// command on fd 3 and runs it. It never returns. Before it says taken it
+// fails silently (the executor starts the command the usual way); after,
+// the command's stderr says why anything failed, as for any helper.
 func pooledMain() {
 	if os.Getpid() != 1 {
 		helperFail("a pooled helper must be the init of its own PID namespace")
@@ -316,32 +315,31 @@ func pooledMain() {
 		os.Exit(helperExitCode)
 	}
 	req, fds, err := receiveRequest(sock)
-	if len(fds) >= 3 {
-		for i := range 3 {
-			if derr := unix.Dup3(fds[i], i, 0); derr != nil {
-				helperFail("pooled helper: taking stdio: %v", derr)
-			}
-			unix.Close(fds[i])
-		}
-	}
 	if err != nil {
-		helperFail("pooled helper: %v", err)
+		// Nothing was taken: the executor starts the command the usual
+		// way, with nothing of this helper's on the command's stderr.
+		os.Exit(helperExitCode)
 	}
-
+	for i := range 3 {
+		if err := unix.Dup3(fds[i], i, 0); err != nil {
+			os.Exit(helperExitCode)
+		}
+		unix.Close(fds[i])
+	}
 	// The spec numbers a mount's descriptor as a per-command helper
 	// inherits it (3, 4, …); here they arrived wherever the kernel put
 	// them.
 	for i := range req.Spec.Mounts {
 		if fd := req.Spec.Mounts[i].FD; fd != 0 {
 			if fd < 3 || fd >= len(fds) {
-				helperFail("pooled helper: mount %s names descriptor %d of %d", req.Spec.Mounts[i].Path, fd, len(fds))
+				os.Exit(helperExitCode)
 			}
 			req.Spec.Mounts[i].FD = fds[fd]
 		}
 	}
 	if req.Tty {
 		if err := unix.IoctlSetInt(0, unix.TIOCSCTTY, 0); err != nil {
-			helperFail("pooled helper: taking the terminal: %v", err)
+			os.Exit(helperExitCode)
 		}
 	}
 	if _, err := sock.Write([]byte{pooledTaken}); err != nil {
@@ -367,9 +365,7 @@ func cutEnv(kv, key string) (string, bool) {
 }
 
 // receiveRequest reads the request frame and the descriptors sent with it
-// (close-on-exec until placed); with an error about the frame, the
-// descriptors still come back, so that the error can be reported on the
-// command's stderr.
+// (close-on-exec until placed).
 func receiveRequest(sock *os.File) (pooledRequest, []int, error) {
 	var req pooledRequest
 	fd := int(sock.Fd())
