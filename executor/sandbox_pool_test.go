@@ -16,8 +16,6 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/zap/zaptest"
-
 	"github.com/outpost-exec/outpost/cgroup"
 	"github.com/outpost-exec/outpost/engine"
 	"github.com/outpost-exec/outpost/protocol"
@@ -35,23 +33,7 @@ func newPoolSession(t *testing.T, size int) (*Server, *Session, *engine.LocalBac
 	requireUserNamespaces(t)
 	b := engine.NewLocalBackend()
 	b.SandboxPool = size
-	cfg := DefaultConfig()
-	cfg.Logger = zaptest.NewLogger(t)
-	cfg.DefaultCwd = t.TempDir()
-	cfg.Backend = b
-	srv, err := NewServer(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sess, err := srv.newSession()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
-		defer cancel()
-		srv.Shutdown(ctx)
-	})
+	srv, sess := newTestSession(t, b)
 	if size > 0 {
 		b.WarmSandbox(srv.cfg.SandboxUser)
 		waitPoolFull(t, b)
@@ -443,23 +425,11 @@ func TestSandboxPoolHelperIsBornInTheCommandsCgroup(t *testing.T) {
 	if err != nil {
 		t.Skipf("no per-command cgroups on this machine: %v", err)
 	}
-	defer m.Close()
+	t.Cleanup(m.Close)
 	b := engine.NewLocalBackend()
 	b.SandboxPool = 2
 	b.Cgroups = m
-	cfg := DefaultConfig()
-	cfg.Logger = zaptest.NewLogger(t)
-	cfg.DefaultCwd = t.TempDir()
-	cfg.Backend = b
-	srv, err := NewServer(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Shutdown(context.Background())
-	sess, err := srv.newSession()
-	if err != nil {
-		t.Fatal(err)
-	}
+	srv, sess := newTestSession(t, b)
 	b.WarmSandbox(srv.cfg.SandboxUser)
 	waitPoolFull(t, b)
 	helpers := pooledHelpers(t, os.Getpid())
