@@ -83,7 +83,12 @@ func (b *LocalBackend) sandboxPool(user *sandbox.User) *helperPool {
 		return nil
 	}
 	if b.pool == nil {
-		b.pool = newHelperPool(b.SandboxPool, user, b.Cgroups)
+		p, err := newHelperPool(b.SandboxPool, user, b.Cgroups)
+		if err != nil {
+			b.poolClosed = true // this machine cannot keep one safely
+			return nil
+		}
+		b.pool = p
 	}
 	if !b.pool.fits(user) {
 		return nil // one shape per executor; another user starts the usual way
@@ -322,6 +327,12 @@ func (b *LocalBackend) startPooled(p *localProcess, l sandbox.Launch) bool {
 	}
 	stdio := [3]*os.File{stdin, cmd.Stdout.(*os.File), cmd.Stderr.(*os.File)}
 	if err := h.h.Hand(l, cmd.Args, cmd.Env, stdio, p.tty, poolHandTimeout); err != nil {
+		if errors.Is(err, sandbox.ErrPooledMismatch) {
+			// Nothing was sent: the helper serves the next command.
+			pool.giveBack(h)
+			pool.count(false)
+			return false
+		}
 		h.discard()
 		pool.count(false)
 		pool.refillSoon(p.exited)

@@ -8,6 +8,8 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/outpost-exec/outpost/cgroup"
 	"github.com/outpost-exec/outpost/sandbox"
 )
@@ -54,6 +56,74 @@ type helperPool struct {
 	// taken counts starts that found a ready helper (and the helper took
 	// the command); missed, those that started the usual way.
 	taken, missed uint64
+
+	// A pooled helper's mount namespace is a copy of the executor's made
+	// when the helper started: a file system mounted on the host since is
+	// missing from it, and one unmounted since is still there (and pinned
+	// by it). mounts tells when the executor's mount table changed; gen
+	// counts the changes seen, so a helper started before one is never
+	// used. watching ends the watcher.
+	mounts   *mountWatch
+	gen      uint64
+	watching sync.WaitGroup
+}
+
+// mountsSettle is how long the watcher lets a run of mount changes settle
+// before it refills the pool.
+const mountsSettle = 100 * time.Millisecond
+
+// mountWatch reports changes to the executor's mount table:
+// /proc/self/mountinfo signals POLLPRI after every mount or unmount in the
+// namespace, once per open file and change, so the starts and the watcher
+// each read their own. They are raw descriptors, never the runtime's
+// netpoller's: its epoll would take the events first.
+type mountWatch struct {
+	atTake, watcher int
+	stop, stopped   int // a pipe: closing stop wakes the watcher
+}
+
+func openMountWatch() (*mountWatch, error) {
+	const flags = unix.O_RDONLY | unix.O_CLOEXEC
+	atTake, err := unix.Open("/proc/self/mountinfo", flags, 0)
+	if err != nil {
+		return nil, err
+	}
+	watcher, err := unix.Open("/proc/self/mountinfo", flags, 0)
+	if err != nil {
+		unix.Close(atTake)
+		return nil, err
+	}
+	var pipe [2]int
+	if err := unix.Pipe2(pipe[:], unix.O_CLOEXEC); err != nil {
+		unix.Close(atTake)
+		unix.Close(watcher)
+		return nil, err
+	}
+	return &mountWatch{atTake: atTake, watcher: watcher, stopped: pipe[0], stop: pipe[1]}, nil
+}
+
+// changed reports, without waiting, whether the mount table changed since
+// the last call for fd.
+func changed(fd int) bool {
+	fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLPRI}}
+	for {
+		n, err := unix.Poll(fds, 0)
+		if err == unix.EINTR {
+			continue // a signal (the runtime's preemption among them)
+		}
+		// An error cannot tell: count it as a change, which costs only
+		// the ready helpers.
+		return err != nil || n > 0 && fds[0].Revents&(unix.POLLPRI|unix.POLLERR) != 0
+	}
+}
+
+func (m *mountWatch) close() { unix.Close(m.stop) }
+
+// closeFiles closes the rest once the watcher has returned.
+func (m *mountWatch) closeFiles() {
+	unix.Close(m.atTake)
+	unix.Close(m.watcher)
+	unix.Close(m.stopped)
 }
 
 // pooledHelper is a ready helper and the cgroup it was born in.
@@ -62,13 +132,77 @@ type pooledHelper struct {
 	cg *cgroup.Cgroup
 }
 
-func newHelperPool(size int, user *sandbox.User, cgroups *cgroup.Manager) *helperPool {
+// newHelperPool makes a pool; without a way to see the mount table change
+// there is none (its helpers could run commands in a stale view).
+func newHelperPool(size int, user *sandbox.User, cgroups *cgroup.Manager) (*helperPool, error) {
 	var shape *sandbox.User
 	if user != nil {
 		u := *user
 		shape = &u
 	}
-	return &helperPool{size: min(size, MaxSandboxPool), user: shape, cgroups: cgroups}
+	mounts, err := openMountWatch()
+	if err != nil {
+		return nil, fmt.Errorf("engine: sandbox pool: watching the mount table: %w", err)
+	}
+	p := &helperPool{size: min(size, MaxSandboxPool), user: shape, cgroups: cgroups, mounts: mounts}
+	p.watching.Add(1)
+	go p.watchMounts()
+	return p, nil
+}
+
+// watchMounts discards the ready helpers when the mount table changes, so
+// none holds on to a file system the host has let go of, and refills the
+// pool once the changes have settled.
+func (p *helperPool) watchMounts() {
+	defer p.watching.Done()
+	fds := []unix.PollFd{{Fd: int32(p.mounts.watcher), Events: unix.POLLPRI}, {Fd: int32(p.mounts.stopped), Events: unix.POLLIN}}
+	for {
+		fds[0].Revents, fds[1].Revents = 0, 0
+		if _, err := unix.Poll(fds, -1); err != nil && err != unix.EINTR {
+			return
+		}
+		if fds[1].Revents != 0 {
+			return // closed
+		}
+		if fds[0].Revents&(unix.POLLPRI|unix.POLLERR) == 0 {
+			continue
+		}
+		// Retire the ready helpers at each change, until a run of
+		// changes has settled; then refill.
+		for settled := false; !settled; {
+			p.mountsChanged()
+			settle := []unix.PollFd{{Fd: int32(p.mounts.stopped), Events: unix.POLLIN}}
+			if n, _ := unix.Poll(settle, int(mountsSettle/time.Millisecond)); n > 0 {
+				return // closed
+			}
+			settled = !changed(p.mounts.watcher)
+		}
+		p.mu.Lock()
+		p.refillLocked()
+		p.mu.Unlock()
+	}
+}
+
+// mountsChanged retires every ready helper: they were started before the
+// change.
+func (p *helperPool) mountsChanged() {
+	p.mu.Lock()
+	p.gen++
+	stale := p.idle
+	p.idle = nil
+	if len(stale) > 0 {
+		p.refills.Add(1)
+	}
+	p.mu.Unlock()
+	if len(stale) > 0 {
+		// Off the caller's path (a start falls back meanwhile).
+		go func() {
+			defer p.refills.Done()
+			for _, h := range stale {
+				h.discard()
+			}
+		}()
+	}
 }
 
 // fits reports whether this pool's helpers run commands as user.
@@ -92,6 +226,11 @@ func (p *helperPool) take() *pooledHelper {
 	defer p.mu.Unlock()
 	if p.closed {
 		return nil
+	}
+	if changed(p.mounts.atTake) {
+		p.mu.Unlock()
+		p.mountsChanged()
+		p.mu.Lock()
 	}
 	if len(p.idle) == 0 {
 		p.refillLocked()
@@ -155,10 +294,19 @@ func (p *helperPool) refill() {
 			p.mu.Unlock()
 			return
 		}
+		gen := p.gen
 		p.mu.Unlock()
 		h, err := p.spawn()
 		p.mu.Lock()
 		p.lastErr = err
+		if err == nil && p.gen != gen {
+			// Started before a change of the mount table: retired; the
+			// watcher refills once the changes settle.
+			p.filling = false
+			p.mu.Unlock()
+			h.discard()
+			return
+		}
 		if err != nil || p.closed {
 			p.filling = false
 			p.mu.Unlock()
@@ -252,10 +400,13 @@ func (p *helperPool) close() {
 	idle := p.idle
 	p.idle = nil
 	p.mu.Unlock()
+	p.mounts.close()
+	p.watching.Wait()
 	for _, h := range idle {
 		h.discard()
 	}
 	p.refills.Wait()
+	p.mounts.closeFiles()
 }
 
 // devNull opens /dev/null as a command's stdin, as os/exec does for a nil

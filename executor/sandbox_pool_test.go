@@ -123,6 +123,9 @@ var poolCases = []struct {
 	{"command not found", protocol.ExecParams{Argv: []string{"no-such-command-here"}, Env: map[string]string{"PATH": "/usr/bin:/bin"}}},
 	{"denied write", protocol.ExecParams{Argv: []string{"/bin/sh", "-c", "echo x > /etc/outpost-pool-test"}}},
 	{"no inherited descriptors", protocol.ExecParams{Argv: []string{"/bin/sh", "-c", "ls /proc/self/fd | wc -l"}}},
+	// The executor's markers, appended after the client's variables, win
+	// — for every program, not just shells, which keep the last value.
+	{"markers over the client's variables", protocol.ExecParams{Argv: []string{"/usr/bin/env"}, Env: map[string]string{"PATH": "/usr/bin:/bin", "OUTPOST_SANDBOX": "none", "CODEX_SANDBOX_NETWORK_DISABLED": "0"}}},
 }
 
 type poolResult struct {
@@ -475,4 +478,103 @@ func cgroupDirs(t *testing.T, dir string) []string {
 		}
 	}
 	return out
+}
+
+// A pooled helper's mount namespace is a copy of the executor's made when
+// it started. A file system mounted over a workspace after the pool filled
+// must be what the command sees and writes, as for a helper started for it
+// (found by a red-team review: the pool now retires its helpers when the
+// mount table changes).
+func TestSandboxPoolSeesMountsMadeAfterItFilled(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("root only (mounts on the host)")
+	}
+	run := func(t *testing.T, size int) string {
+		_, sess, _ := newPoolSession(t, size)
+		ws, err := os.MkdirTemp("/tmp", "rt-ws-")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer os.RemoveAll(ws)
+		os.Chmod(ws, 0o755)
+		os.Chown(ws, 65534, 65534) // the command's user: bound by path
+		// Mounted after the pool filled.
+		if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "uid=65534,gid=65534,mode=0755,size=1m", "tmpfs", ws).CombinedOutput(); err != nil {
+			t.Fatalf("mount: %v %s", err, out)
+		}
+		defer exec.Command("umount", ws).Run()
+		os.WriteFile(filepath.Join(ws, "on-the-mount"), []byte("x"), 0o644)
+		r := sh(t, sess, ws, workspaceWrite, "ls; echo made > made.txt && echo wrote")
+		_, err = os.Stat(filepath.Join(ws, "made.txt"))
+		return fmt.Sprintf("%q, made.txt on the host's mount: %v", r.out, err == nil)
+	}
+	fresh, pooled := run(t, 0), run(t, 1)
+	if fresh != pooled {
+		t.Fatalf("pooled helper: %s\nfresh helper: %s", pooled, fresh)
+	}
+}
+
+// The converse: a file system the host unmounts after the pool filled must
+// not be reachable from the next command (nor pinned by the idle helpers'
+// copies of the mount table).
+func TestSandboxPoolForgetsMountsUndoneAfterItFilled(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("root only (mounts on the host)")
+	}
+	run := func(t *testing.T, size int) string {
+		dir, err := os.MkdirTemp("/tmp", "rt-vol-")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer os.RemoveAll(dir)
+		os.Chmod(dir, 0o755)
+		if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "mode=0755,size=1m", "tmpfs", dir).CombinedOutput(); err != nil {
+			t.Fatalf("mount: %v %s", err, out)
+		}
+		os.WriteFile(filepath.Join(dir, "secret"), []byte("still-here"), 0o644)
+		_, sess, _ := newPoolSession(t, size) // the pool fills while it is mounted
+		if out, err := exec.Command("umount", dir).CombinedOutput(); err != nil {
+			t.Fatalf("umount: %v %s", err, out)
+		}
+		r := sh(t, sess, t.TempDir(), workspaceWrite, "cat "+filepath.Join(dir, "secret")+" 2>&1; grep -c rt-vol /proc/self/mountinfo")
+		return strings.ReplaceAll(r.out, dir, "DIR")
+	}
+	fresh, pooled := run(t, 0), run(t, 1)
+	if fresh != pooled || strings.Contains(pooled, "still-here") {
+		t.Fatalf("the pooled command reached a file system the host had unmounted: pooled %q, fresh %q", pooled, fresh)
+	}
+}
+
+// Without any start, a change of the mount table retires the ready
+// helpers (none keeps an unmounted file system pinned) and the pool fills
+// again with helpers that see the new table.
+func TestSandboxPoolRetiresItsHelpersWhenMountsChange(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("root only (mounts on the host)")
+	}
+	_, _, b := newPoolSession(t, 2)
+	before := pooledHelpers(t, os.Getpid())
+	if len(before) != 2 {
+		t.Fatalf("%d pooled helpers, want 2", len(before))
+	}
+	dir := t.TempDir()
+	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", dir).CombinedOutput(); err != nil {
+		t.Fatalf("mount: %v %s", err, out)
+	}
+	if out, err := exec.Command("umount", dir).CombinedOutput(); err != nil {
+		t.Fatalf("umount: %v %s", err, out)
+	}
+	deadline := time.Now().Add(testTimeout)
+	for _, pid := range before {
+		for alive(pid) {
+			if time.Now().After(deadline) {
+				t.Fatalf("pooled helper %d outlived a change of the mount table", pid)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	waitPoolFull(t, b)
+	if after := pooledHelpers(t, os.Getpid()); len(after) != 2 {
+		t.Fatalf("%d pooled helpers after the refill, want 2", len(after))
+	}
 }

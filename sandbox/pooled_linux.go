@@ -58,6 +58,8 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"slices"
+	"strings"
 	"syscall"
 	"time"
 
@@ -102,9 +104,13 @@ var (
 	// ErrPooledHelperGone: the helper died, or did not answer in time;
 	// the command did not start.
 	ErrPooledHelperGone = errors.New("sandbox: pooled helper gone")
-	// ErrPooledMismatch: the Launch needs another shape (user namespace
-	// mapping) or helper binary than this helper has.
-	ErrPooledMismatch = errors.New("sandbox: pooled helper of another shape")
+	// ErrPooledMismatch: this start cannot go through a pooled helper (a
+	// request too large, a NUL byte); the helper is untouched and may
+	// serve another.
+	ErrPooledMismatch = errors.New("sandbox: start not suited to a pooled helper")
+	// ErrPooledStale: the helper is of another shape (user namespace
+	// mapping) or helper binary than the Launch needs now.
+	ErrPooledStale = errors.New("sandbox: pooled helper of another shape or helper binary")
 )
 
 // PooledHelper is a helper started ahead of any command, waiting for one.
@@ -192,12 +198,22 @@ func (h *PooledHelper) Fits(l Launch) bool {
 // stderr (for a terminal, the terminal three times: it becomes the
 // controlling one), and l's descriptors (the kernel holds copies once
 // Hand returns). Then call l.Hold, Taken and Proceed. On an error the
-// command did not start: Discard the helper and start it another way.
+// command did not start: start it another way, and Discard the helper
+// (ErrPooledMismatch: it may serve another command).
 func (h *PooledHelper) Hand(l Launch, argv, env []string, stdio [3]*os.File, tty bool, timeout time.Duration) error {
 	if !h.Fits(l) {
-		return ErrPooledMismatch
+		return ErrPooledStale
 	}
-	req := pooledRequest{Spec: l.sp, Argv: argv, Env: env, Tty: tty, Files: 3 + len(l.Files)}
+	// A NUL in argv or the environment is refused by the usual start
+	// with its own error: leave it to it.
+	for _, list := range [][]string{argv, env} {
+		for _, a := range list {
+			if strings.IndexByte(a, 0) >= 0 {
+				return fmt.Errorf("%w: a NUL byte in argv or the environment", ErrPooledMismatch)
+			}
+		}
+	}
+	req := pooledRequest{Spec: l.sp, Argv: argv, Env: lastOfEachName(env), Tty: tty, Files: 3 + len(l.Files)}
 	if req.Files > maxPooledFiles {
 		return fmt.Errorf("%w: %d descriptors, at most %d", ErrPooledMismatch, req.Files, maxPooledFiles)
 	}
@@ -259,6 +275,26 @@ func (h *PooledHelper) Exited() (code int, ok bool) {
 		return 0, false
 	}
 	return int(binary.BigEndian.Uint32(msg[1:])), true
+}
+
+// lastOfEachName keeps, of each NAME=value, the last (as os/exec does for
+// a helper started per command: the executor's markers, appended after the
+// client's variables, win), in the order of those last ones.
+func lastOfEachName(env []string) []string {
+	seen := make(map[string]bool, len(env))
+	out := make([]string, 0, len(env))
+	for i := len(env) - 1; i >= 0; i-- {
+		if env[i] == "" {
+			continue
+		}
+		name, _, _ := strings.Cut(env[i], "=")
+		if !seen[name] {
+			seen[name] = true
+			out = append(out, env[i])
+		}
+	}
+	slices.Reverse(out)
+	return out
 }
 
 // Discard kills a helper that will not run a command and reaps it.

@@ -13,7 +13,8 @@ import (
 // Errors of pooled helpers.
 var (
 	ErrPooledHelperGone = errors.New("sandbox: pooled helper gone")
-	ErrPooledMismatch   = errors.New("sandbox: pooled helper of another shape")
+	ErrPooledMismatch   = errors.New("sandbox: start not suited to a pooled helper")
+	ErrPooledStale      = errors.New("sandbox: pooled helper of another shape or helper binary")
 )
 
 // PooledHelper is a helper started ahead of any command (Linux only).
