@@ -107,6 +107,20 @@ func alive(pid int) bool {
 	return len(fields) > 0 && fields[0] != "Z"
 }
 
+// waitGone waits until every helper in pids has ended.
+func waitGone(t *testing.T, pids []int, outlived string) {
+	t.Helper()
+	deadline := time.Now().Add(testTimeout)
+	for _, pid := range pids {
+		for alive(pid) {
+			if time.Now().After(deadline) {
+				t.Fatalf("pooled helper %d outlived %s", pid, outlived)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+}
+
 // poolCases are commands whose observable result must not depend on
 // whether a pooled helper ran them.
 var poolCases = []struct {
@@ -377,15 +391,7 @@ func TestSandboxPoolDiesWithACrashedExecutor(t *testing.T) {
 	}
 	cmd.Process.Kill()
 	cmd.Wait()
-	deadline := time.Now().Add(testTimeout)
-	for _, pid := range helpers {
-		for alive(pid) {
-			if time.Now().After(deadline) {
-				t.Fatalf("pooled helper %d outlived its executor", pid)
-			}
-			time.Sleep(5 * time.Millisecond)
-		}
-	}
+	waitGone(t, helpers, "its executor")
 }
 
 // poolExecutorMain is the executor TestSandboxPoolDiesWithACrashedExecutor
@@ -564,15 +570,7 @@ func TestSandboxPoolRetiresItsHelpersWhenMountsChange(t *testing.T) {
 	if out, err := exec.Command("umount", dir).CombinedOutput(); err != nil {
 		t.Fatalf("umount: %v %s", err, out)
 	}
-	deadline := time.Now().Add(testTimeout)
-	for _, pid := range before {
-		for alive(pid) {
-			if time.Now().After(deadline) {
-				t.Fatalf("pooled helper %d outlived a change of the mount table", pid)
-			}
-			time.Sleep(5 * time.Millisecond)
-		}
-	}
+	waitGone(t, before, "a change of the mount table")
 	waitPoolFull(t, b)
 	if after := pooledHelpers(t, os.Getpid()); len(after) != 2 {
 		t.Fatalf("%d pooled helpers after the refill, want 2", len(after))
