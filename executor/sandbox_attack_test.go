@@ -361,7 +361,7 @@ func TestSandboxAttacksAsUnprivilegedUser(t *testing.T) {
 	os.Chown(home, 4242, 4242)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, bin, "-test.run", "^(TestSandboxNetworkOffReachesNoUnixSocketOutsideItsWritableRoots|TestSandboxHidesTheExecutorsSecretsWhateverThePolicy|TestSandboxProtectsNamesAtAnyDepthSymlinkedAndAbsent|TestSandboxWorkspaceCannotBeRenamedAwayAndRebuilt|TestSandboxPoolBehavesAsAFreshHelper|TestSandboxPoolDiesWithACrashedExecutor)$", "-test.v", "-test.count=1")
+	cmd := exec.CommandContext(ctx, bin, "-test.run", "^(TestSandboxNetworkOffReachesNoUnixSocketOutsideItsWritableRoots|TestSandboxHidesTheExecutorsSecretsWhateverThePolicy|TestSandboxProtectsNamesAtAnyDepthSymlinkedAndAbsent|TestSandboxWorkspaceCannotBeRenamedAwayAndRebuilt|TestSandboxPoolBehavesAsAFreshHelper|TestSandboxPoolDiesWithACrashedExecutor|TestSandboxNetworkOffSurvivesASocketFlood)$", "-test.v", "-test.count=1")
 	cmd.Env = []string{unprivEnv + "=1", "HOME=" + home, "PATH=/usr/local/bin:/usr/bin:/bin", "TMPDIR=" + home}
 	cmd.Dir = home
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 4242, Gid: 4242, Groups: []uint32{}}}
@@ -517,3 +517,53 @@ mkdir -p sub/vendor/.git && printf '[core]\n\tfsmonitor = evil\n' > sub/vendor/.
 		t.Fatalf("nested .git/config is now %q", b)
 	}
 }
+
+// More pathname sockets than the helper covers one by one (a command can
+// bind thousands in its own workspace): a network-off command elsewhere
+// still starts, and reaches none of them — their directory is hidden
+// whole — nor any other socket outside its writable roots. Found by a
+// red-team review: such a flood used to refuse every network-off start.
+func TestSandboxNetworkOffSurvivesASocketFlood(t *testing.T) {
+	requireUserNamespaces(t)
+	sess := newAttackSession(t)
+	flood := dirOutsideTmp(t)
+	os.Chmod(flood, 0o755)
+	var lns []net.Listener
+	defer func() {
+		for _, ln := range lns {
+			ln.Close()
+		}
+	}()
+	for i := range maxHiddenSocketsForTest + 200 {
+		p := filepath.Join(flood, fmt.Sprintf("s%d", i))
+		ln, err := net.Listen("unix", p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		os.Chmod(p, 0o777)
+		lns = append(lns, ln)
+	}
+	go acceptHello(lns[7])
+	other := dirOutsideTmp(t)
+	os.Chmod(other, 0o755)
+	world := filepath.Join(other, "world.sock")
+	ln, err := net.Listen("unix", world)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	os.Chmod(world, 0o777)
+	go acceptHello(ln)
+	ws := shortTempDir(t)
+	for _, target := range []string{filepath.Join(flood, "s7"), world} {
+		r := runSandboxed(t, sess, ws, map[string]any{"mode": "workspace-write"},
+			map[string]string{"OUTPOST_TEST_DIAL": target, "OUTPOST_TEST_NET": "unix"}, probeBinary(t))
+		if !strings.Contains(r.out, "unix failed") {
+			t.Fatalf("%s: the probe must run and fail to connect: %+v", target, r)
+		}
+	}
+}
+
+// maxHiddenSocketsForTest is the sandbox's bound on sockets covered one by
+// one (sandbox.maxHiddenSockets).
+const maxHiddenSocketsForTest = 4096

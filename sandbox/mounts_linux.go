@@ -429,7 +429,7 @@ func applyMounts(sp spec, procMounted bool) error {
 		}
 	}
 	if !sp.Network {
-		if err := hideSockets(sp.ReadWrite); err != nil {
+		if err := hideSockets(sp); err != nil {
 			return err
 		}
 	}
@@ -621,22 +621,34 @@ func coverWithNull(p string) error {
 	return unix.MoveMount(fd, "", unix.AT_FDCWD, p, unix.MOVE_MOUNT_F_EMPTY_PATH)
 }
 
-// maxHiddenSockets bounds the sockets covered per command; a machine with
+// maxHiddenSockets bounds the mounts that keep sockets out of a command's
+// reach; maxListedSockets, the pathname sockets looked at. A machine with
 // more is refused rather than half covered.
-const maxHiddenSockets = 4096
+const (
+	maxHiddenSockets = 4096
+	maxListedSockets = 1 << 16
+	// maxSocketDirRounds bounds the rounds that pick directories to hide
+	// whole when there are more sockets than mounts (socketCovers).
+	maxSocketDirRounds = 64
+)
 
-// hideSockets covers every pathname Unix socket bound in this network
-// namespace that lies outside the writable roots. Sockets the command's
-// user cannot reach anyway are left alone.
-func hideSockets(writable []string) error {
+// hideSockets keeps every pathname Unix socket bound in this network
+// namespace outside the writable roots out of the command's reach: each
+// is covered with /dev/null, or — when there are more than
+// maxHiddenSockets, as a command binding thousands in its own workspace
+// could arrange to refuse the network-off starts of every other — the
+// directories holding most of them are hidden whole (socketCovers).
+// Sockets the command's user cannot reach anyway are left alone.
+func hideSockets(sp spec) error {
 	f, err := os.Open("/proc/net/unix")
 	if err != nil {
 		return fmt.Errorf("listing Unix sockets to hide: %w", err)
 	}
 	defer f.Close()
 	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 64<<10), 64<<10)
+	sc.Buffer(make([]byte, 4<<10), 64<<10)
 	seen := map[string]bool{}
+	var sockets []string
 	for sc.Scan() {
 		fields := strings.Fields(sc.Text())
 		// Num RefCount Protocol Flags Type St Inode [Path]
@@ -644,22 +656,104 @@ func hideSockets(writable []string) error {
 			continue // the header, unbound or abstract sockets
 		}
 		p := fields[7]
-		if seen[p] || inAny(writable, p) {
+		if seen[p] || inAny(sp.ReadWrite, p) {
 			continue
 		}
 		seen[p] = true
-		if len(seen) > maxHiddenSockets {
-			return fmt.Errorf("more than %d Unix sockets to hide", maxHiddenSockets)
+		if len(seen) > maxListedSockets {
+			return fmt.Errorf("more than %d Unix sockets to hide", maxListedSockets)
 		}
 		var st unix.Stat_t
 		if unix.Lstat(p, &st) != nil || st.Mode&unix.S_IFMT != unix.S_IFSOCK {
 			continue
 		}
+		sockets = append(sockets, p)
+	}
+	if err := sc.Err(); err != nil {
+		return fmt.Errorf("listing Unix sockets to hide: %w", err)
+	}
+	files, dirs, err := socketCovers(sockets, socketDirHideable(sp), maxHiddenSockets)
+	if err != nil {
+		return err
+	}
+	for _, d := range dirs {
+		if err := hide(d); err != nil {
+			return fmt.Errorf("hiding a directory of Unix sockets: %w", err)
+		}
+	}
+	for _, p := range files {
 		if err := coverWithNull(p); err != nil && !errors.Is(err, unix.EACCES) && !errors.Is(err, unix.ENOENT) {
 			return fmt.Errorf("hiding the socket %s: %w", p, err)
 		}
 	}
-	return sc.Err()
+	return nil
+}
+
+// socketCovers chooses what to mount over so that none of sockets stays
+// reachable with at most limit mounts: every socket on its own when they
+// are few enough; otherwise, round by round, the hideable directory
+// holding the most of those left (the deeper of equals) is hidden whole,
+// until the directories and the sockets left fit in limit.
+func socketCovers(sockets []string, hideable func(dir string) bool, limit int) (files, dirs []string, err error) {
+	left := sockets
+	for round := 0; len(left)+len(dirs) > limit; round++ {
+		if round == maxSocketDirRounds {
+			return nil, nil, fmt.Errorf("more than %d Unix sockets to hide, in more places than can be hidden", limit)
+		}
+		counts := map[string]int{}
+		for _, p := range left {
+			for d := filepath.Dir(p); hideable(d); d = filepath.Dir(d) {
+				counts[d]++
+			}
+		}
+		best, most := "", 1
+		for d, n := range counts {
+			if n > most || n == most && best != "" && (depth(d) > depth(best) || depth(d) == depth(best) && d < best) {
+				best, most = d, n
+			}
+		}
+		if best == "" {
+			return nil, nil, fmt.Errorf("more than %d Unix sockets to hide, in places that cannot be hidden", limit)
+		}
+		kept := left[:0:0]
+		for _, p := range left {
+			if !within(best, p) {
+				kept = append(kept, p)
+			}
+		}
+		left = kept
+		keptDirs := dirs[:0:0]
+		for _, d := range dirs {
+			if !within(best, d) {
+				keptDirs = append(keptDirs, d)
+			}
+		}
+		dirs = append(keptDirs, best)
+	}
+	return left, dirs, nil
+}
+
+// socketDirHideable reports whether a directory of sockets may be hidden
+// whole from the command of sp: not the top of the tree or a system
+// directory, not in or above anything the command is given (its cwd, its
+// writable roots, its read entries, its workspace mounts).
+func socketDirHideable(sp spec) func(string) bool {
+	system := []string{"/bin", "/sbin", "/usr", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/proc", "/sys", "/dev", "/opt", "/nix", "/snap", "/boot"}
+	given := append(append([]string{sp.Dir}, sp.ReadWrite...), sp.ReadOnly...)
+	for _, m := range sp.Mounts {
+		given = append(given, m.Path)
+	}
+	return func(d string) bool {
+		if depth(d) < 2 || inAny(system, d) || inAny(sp.ReadWrite, d) {
+			return false
+		}
+		for _, g := range given {
+			if g != "" && g != "/" && within(d, g) {
+				return false
+			}
+		}
+		return true
+	}
 }
 
 // insideOtherRoot reports whether p lies strictly inside one of roots.
