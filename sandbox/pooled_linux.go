@@ -46,9 +46,12 @@ package sandbox
 // the command starts the usual way. From taken on the command is the
 // helper's, exactly as a freshly started helper's would be, and it goes on
 // as a helper started for that command does (runCommand); the socket is
-// close-on-exec, so the command never holds it. The exit message saves the executor the wait for the
-// helper's own exit, which tears its namespaces down (about half a
-// millisecond here). A helper serves one command and never another.
+// close-on-exec, so the command never holds it. The exit message saves
+// the executor the wait for the helper's own exit, which tears its
+// namespaces down (about half a millisecond here). A helper serves one
+// command and never another. (A helper's view of the mounts is a copy
+// made when it started: the engine retires ready helpers whenever the
+// executor's mount table changes.)
 
 import (
 	"encoding/binary"
