@@ -83,8 +83,7 @@ func prebuild(denySetID bool) *prebuilt {
 	pre := &prebuilt{procMounted: mountProc() == nil}
 	dropBounding(boundingCapsDropped)
 	for i, denyTCP := range []bool{false, true} {
-		rules := LandlockRules{ReadOnly: DefaultReadOnlySystemPaths(), ReadWrite: DefaultReadWriteDevices(), DenyTCP: denyTCP, ThisThreadOnly: true}
-		if pl, _, err := prepareLandlock(rules); err == nil {
+		if pl, err := systemLandlock(denyTCP); err == nil {
 			pre.landlock[i] = pl
 		}
 	}
@@ -97,6 +96,13 @@ func prebuild(denySetID bool) *prebuilt {
 		pre.seccompDenySetID, pre.networkFilter = &denySetID, netProg
 	}
 	return pre
+}
+
+// systemLandlock makes the ruleset every command starts from: the system
+// paths readable, the usual devices writable, TCP denied or not.
+func systemLandlock(denyTCP bool) (*preparedLandlock, error) {
+	pl, _, err := prepareLandlock(LandlockRules{ReadOnly: DefaultReadOnlySystemPaths(), ReadWrite: DefaultReadWriteDevices(), DenyTCP: denyTCP, ThisThreadOnly: true})
+	return pl, err
 }
 
 func (p *prebuilt) ruleset(networkOff bool) *preparedLandlock {
@@ -170,7 +176,7 @@ func runCommand(sp spec, args, env []string, caught <-chan struct{}, report func
 		ll = pre.ruleset(!sp.Network)
 		var err error
 		if ll == nil {
-			ll, _, err = prepareLandlock(LandlockRules{ReadOnly: DefaultReadOnlySystemPaths(), ReadWrite: DefaultReadWriteDevices(), DenyTCP: !sp.Network, ThisThreadOnly: true})
+			ll, err = systemLandlock(!sp.Network)
 		}
 		// The command's own paths are added as they are now: one removed
 		// since the policy was resolved (another command's placeholder)

@@ -220,7 +220,7 @@ func landlockConfig(r LandlockRules) (landlock.Config, []landlock.Rule, Landlock
 	res.Missing = append(res.Missing, landlockGaps(abi, lib, r.DenyTCP)...)
 
 	var rules []landlock.Rule
-	add := func(kind, p string, dirRights, fileRights landlock.AccessFSSet) error {
+	err := eachLandlockPath(r.ReadOnly, r.ReadWrite, func(kind, p string, readWrite bool) error {
 		if !filepath.IsAbs(p) {
 			return fmt.Errorf("sandbox: landlock %s path %q is not absolute", kind, p)
 		}
@@ -232,29 +232,47 @@ func landlockConfig(r LandlockRules) (landlock.Config, []landlock.Rule, Landlock
 			}
 			return fmt.Errorf("sandbox: landlock %s path: %w", kind, err)
 		}
-		access := fileRights
-		if fi.IsDir() {
-			access = dirRights
-		}
-		if access &= handled; access != 0 {
+		if access := llPathRights(handled, readWrite, fi.IsDir()); access != 0 {
 			rules = append(rules, landlock.PathAccess(access, p))
 		}
 		return nil
-	}
-	for _, p := range r.ReadOnly {
-		if err := add("read-only", p, llReadRights, llReadRights&llFileRights); err != nil {
-			return cfg, nil, res, err
-		}
-	}
-	rwDir := handled &^ llNeverGranted
-	for _, p := range r.ReadWrite {
-		if err := add("read-write", p, rwDir, rwDir&llFileRights); err != nil {
-			return cfg, nil, res, err
-		}
+	})
+	if err != nil {
+		return cfg, nil, res, err
 	}
 	res.FilesystemEnforced = handled != 0
 	res.NetworkEnforced = cfg.HandledAccessNet&llTCPRights == llTCPRights
 	return cfg, rules, res, nil
+}
+
+// eachLandlockPath calls add for the read-only paths, then the read-write
+// ones, until one fails.
+func eachLandlockPath(readOnly, readWrite []string, add func(kind, path string, readWrite bool) error) error {
+	for _, p := range readOnly {
+		if err := add("read-only", p, false); err != nil {
+			return err
+		}
+	}
+	for _, p := range readWrite {
+		if err := add("read-write", p, true); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// llPathRights is what a rule grants a path, of what the ruleset handles:
+// read-only paths are readable and executable, read-write ones get every
+// right but making device nodes; a file gets the file rights of those.
+func llPathRights(handled landlock.AccessFSSet, readWrite, dir bool) landlock.AccessFSSet {
+	var rights landlock.AccessFSSet = llReadRights
+	if readWrite {
+		rights = handled &^ llNeverGranted
+	}
+	if !dir {
+		rights &= llFileRights
+	}
+	return rights & handled
 }
 
 // preparedLandlock is a ruleset made but not yet enforced on the calling
@@ -288,8 +306,7 @@ func (p *preparedLandlock) addPaths(readOnly, readWrite []string) error {
 	if p.fd < 0 {
 		return nil
 	}
-	rwDir := p.handled &^ llNeverGranted
-	add := func(kind, path string, dirRights, fileRights landlock.AccessFSSet) error {
+	return eachLandlockPath(readOnly, readWrite, func(kind, path string, readWrite bool) error {
 		if !filepath.IsAbs(path) {
 			return fmt.Errorf("sandbox: landlock %s path %q is not absolute", kind, path)
 		}
@@ -305,29 +322,15 @@ func (p *preparedLandlock) addPaths(readOnly, readWrite []string) error {
 		if err := unix.Fstat(fd, &st); err != nil {
 			return fmt.Errorf("sandbox: landlock %s path: %s: %w", kind, path, err)
 		}
-		access := fileRights
-		if st.Mode&unix.S_IFMT == unix.S_IFDIR {
-			access = dirRights
-		}
-		if access &= p.handled; access == 0 {
+		access := llPathRights(p.handled, readWrite, st.Mode&unix.S_IFMT == unix.S_IFDIR)
+		if access == 0 {
 			return nil
 		}
 		if err := llsys.LandlockAddPathBeneathRule(p.fd, &llsys.PathBeneathAttr{AllowedAccess: uint64(access), ParentFd: fd}, 0); err != nil {
 			return fmt.Errorf("sandbox: landlock %s path: %s: %w", kind, path, err)
 		}
 		return nil
-	}
-	for _, path := range readOnly {
-		if err := add("read-only", path, llReadRights, llReadRights&llFileRights); err != nil {
-			return err
-		}
-	}
-	for _, path := range readWrite {
-		if err := add("read-write", path, rwDir, rwDir&llFileRights); err != nil {
-			return err
-		}
-	}
-	return nil
+	})
 }
 
 // restrictSelf enforces the ruleset on the calling (locked) thread, which
