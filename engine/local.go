@@ -313,30 +313,32 @@ func (b *LocalBackend) startPooled(p *localProcess, l sandbox.Launch) bool {
 		pool.count(false)
 		return false
 	}
+	// miss starts the command the usual way; the helper serves the next
+	// command (kept) or is killed and replaced.
+	miss := func(kept bool) bool {
+		pool.count(false)
+		if kept {
+			pool.giveBack(h)
+		} else {
+			h.discard()
+			pool.refillSoon(p.exited)
+		}
+		return false
+	}
 	cmd := p.cmd
 	stdin, _ := cmd.Stdin.(*os.File)
 	if stdin == nil {
-		f, err := devNull()
+		f, err := os.Open(os.DevNull) // as os/exec gives a nil Stdin
 		if err != nil {
-			pool.giveBack(h)
-			pool.count(false)
-			return false
+			return miss(true)
 		}
 		defer f.Close()
 		stdin = f
 	}
 	stdio := [3]*os.File{stdin, cmd.Stdout.(*os.File), cmd.Stderr.(*os.File)}
 	if err := h.h.Hand(l, cmd.Args, cmd.Env, stdio, p.tty, poolHandTimeout); err != nil {
-		if errors.Is(err, sandbox.ErrPooledMismatch) {
-			// Nothing was sent: the helper serves the next command.
-			pool.giveBack(h)
-			pool.count(false)
-			return false
-		}
-		h.discard()
-		pool.count(false)
-		pool.refillSoon(p.exited)
-		return false
+		// ErrPooledMismatch: nothing was sent.
+		return miss(errors.Is(err, sandbox.ErrPooledMismatch))
 	}
 	// The placeholders are made while the helper takes its descriptors
 	// and sets up what does not need them; a helper that does not take
@@ -344,10 +346,7 @@ func (b *LocalBackend) startPooled(p *localProcess, l sandbox.Launch) bool {
 	// placeholders held).
 	l.Hold()
 	if err := h.h.Taken(poolHandTimeout); err != nil {
-		h.discard()
-		pool.count(false)
-		pool.refillSoon(p.exited)
-		return false
+		return miss(false)
 	}
 	h.h.Proceed()
 	pool.count(true)

@@ -2,7 +2,6 @@ package engine
 
 import (
 	"fmt"
-	"os"
 	"runtime"
 	"sync"
 	"syscall"
@@ -408,7 +407,3 @@ func (p *helperPool) close() {
 	p.refills.Wait()
 	p.mounts.closeFiles()
 }
-
-// devNull opens /dev/null as a command's stdin, as os/exec does for a nil
-// Stdin.
-func devNull() (*os.File, error) { return os.Open(os.DevNull) }
