@@ -262,7 +262,11 @@ func (b *LocalBackend) Start(ctx context.Context, spec Spec) (Process, error) {
 		}
 		if spec.SandboxSetup != nil {
 			launch.Hold()
-			cmd.Env = append([]string{launch.Env}, cmd.Env...)
+			env, err := launch.Env()
+			if err != nil {
+				return fail(err)
+			}
+			cmd.Env = append([]string{env}, cmd.Env...)
 			cmd.ExtraFiles = launch.Files
 			launch.Apply(cmd.SysProcAttr)
 		}

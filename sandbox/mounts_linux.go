@@ -269,11 +269,6 @@ func (p Prepared) setup() (Launch, error) {
 			sp.Mounts = append(sp.Mounts, ms)
 		}
 	}
-	data, err := jsonMarshal(sp)
-	if err != nil {
-		return fail(err)
-	}
-	l.Env = helperPolicyEnv + "=" + string(data)
 	l.sp, l.namespaced = sp, sp.MountNamespace
 	user := p.user
 	l.User = user

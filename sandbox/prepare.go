@@ -109,7 +109,6 @@ type Prepared struct {
 type Launch struct {
 	// User is the host id the command runs as (nil: the executor's).
 	User    *User
-	Env     string
 	Files   []*os.File
 	Release func()
 	apply   func(*syscall.SysProcAttr)
@@ -118,6 +117,16 @@ type Launch struct {
 	// own namespaces: what a pooled helper needs (PooledHelper.Hand).
 	sp         spec
 	namespaced bool
+}
+
+// Env is the environment entry that carries the spec to a helper started
+// for the command (a pooled helper gets it in its request instead).
+func (l Launch) Env() (string, error) {
+	data, err := json.Marshal(l.sp)
+	if err != nil {
+		return "", err
+	}
+	return helperPolicyEnv + "=" + string(data), nil
 }
 
 // Hold makes the placeholders the helper protects (see Launch).
@@ -170,8 +179,6 @@ type spec struct {
 	// with another owner's ids on disk).
 	DenySetID bool `json:"denySetID,omitempty"`
 }
-
-var jsonMarshal = json.Marshal
 
 // mountSpec is one mount the helper puts in place.
 type mountSpec struct {
