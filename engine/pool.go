@@ -134,14 +134,14 @@ type pooledHelper struct {
 // newHelperPool makes a pool; without a way to see the mount table change
 // there is none (its helpers could run commands in a stale view).
 func newHelperPool(size int, user *sandbox.User, cgroups *cgroup.Manager) (*helperPool, error) {
-	var shape *sandbox.User
-	if user != nil {
-		u := *user
-		shape = &u
-	}
 	mounts, err := openMountWatch()
 	if err != nil {
 		return nil, fmt.Errorf("engine: sandbox pool: watching the mount table: %w", err)
+	}
+	var shape *sandbox.User
+	if user != nil {
+		u := *user // the caller's later changes do not reach it
+		shape = &u
 	}
 	p := &helperPool{size: min(size, MaxSandboxPool), user: shape, cgroups: cgroups, mounts: mounts}
 	p.watching.Add(1)
@@ -205,12 +205,7 @@ func (p *helperPool) mountsChanged() {
 }
 
 // fits reports whether this pool's helpers run commands as user.
-func (p *helperPool) fits(user *sandbox.User) bool {
-	if (p.user == nil) != (user == nil) {
-		return false
-	}
-	return p.user == nil || *p.user == *user
-}
+func (p *helperPool) fits(user *sandbox.User) bool { return sandbox.SameUser(p.user, user) }
 
 // refillDelay is how long a start that took a helper lets the pool stay
 // short unless its command exits first: starting a helper costs a few

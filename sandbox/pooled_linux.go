@@ -160,12 +160,7 @@ func StartPooledHelper(user *User, more func(*syscall.SysProcAttr)) (*PooledHelp
 		fc.Close()
 		return nil, fmt.Errorf("sandbox: starting a pooled helper: %w", err)
 	}
-	var shape *User
-	if user != nil {
-		u := *user
-		shape = &u
-	}
-	return &PooledHelper{Cmd: cmd, conn: fc.(*net.UnixConn), user: shape, path: bin}, nil
+	return &PooledHelper{Cmd: cmd, conn: fc.(*net.UnixConn), user: copyUser(user), path: bin}, nil
 }
 
 // AwaitReady waits until the helper's runtime is up and checks that it is
@@ -190,10 +185,7 @@ func (h *PooledHelper) Fits(l Launch) bool {
 	if !l.namespaced || h.path != HelperPath() {
 		return false
 	}
-	if (h.user == nil) != (l.User == nil) {
-		return false
-	}
-	return h.user == nil || *h.user == *l.User
+	return SameUser(h.user, l.User)
 }
 
 // Hand sends the helper its command: argv as Prepared.Argv (HelperName,

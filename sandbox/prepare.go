@@ -197,6 +197,24 @@ type User struct{ UID, GID int }
 
 func (u User) String() string { return fmt.Sprintf("%d:%d", u.UID, u.GID) }
 
+// SameUser reports whether a and b (nil: the executor's own ids) are the
+// same host ids.
+func SameUser(a, b *User) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return *a == *b
+}
+
+// copyUser is a copy of u that the caller's later changes do not reach.
+func copyUser(u *User) *User {
+	if u == nil {
+		return nil
+	}
+	c := *u
+	return &c
+}
+
 // DefaultUser is the id a root executor gives sandboxed commands: the
 // conventional unprivileged nobody:nogroup.
 var DefaultUser = User{UID: 65534, GID: 65534}
