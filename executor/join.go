@@ -276,7 +276,7 @@ func (s *Server) joinOnce(ctx context.Context, resp *responder, bucket string, c
 			rc.Close()
 		}
 	}()
-	err = rc.Join(ctx, protocol.RelayJoinParams{ExecutorID: cfg.ID, Token: cfg.Token, Labels: cfg.Labels, Version: cfg.Version})
+	_, err = rc.Join(ctx, protocol.RelayJoinParams{ExecutorID: cfg.ID, Token: cfg.Token, Labels: cfg.Labels, Version: cfg.Version})
 	if refusal := (*protocol.Error)(nil); errors.As(err, &refusal) {
 		return time.Time{}, nil, joinError(refusal)
 	}

@@ -28,7 +28,57 @@ const (
 	// stream) says the relay is draining: join afresh now, and keep
 	// serving the open client streams on this session until it closes.
 	MethodRelayReconnect = "relay/reconnect"
+	// MethodRelayPeer opens a peer link (relay → relay of the same
+	// cluster, on a connection authenticated by the cluster's relay key):
+	// the dialling relay names itself; the link then carries one
+	// relay/forward per stream.
+	MethodRelayPeer = "relay/peer"
+	// MethodRelayForward (relay → peer relay, the first message of a new
+	// stream on a peer link) asks the peer to splice the stream to an
+	// executor joined there: the one-hop forwarding of a client that
+	// reached another relay of the cluster. The client's token was checked
+	// by the relay it reached; the answer is a RelayConnectResult.
+	MethodRelayForward = "relay/forward"
 )
+
+// RelayJoinResult answers relay/join. A relay of a cluster names itself
+// and the cluster's live members, so the executor can keep sessions on
+// several of them (`--relay-connections`); a single relay sends none.
+type RelayJoinResult struct {
+	Cluster *RelayCluster `json:"cluster,omitempty" msgpack:"cluster,omitempty"`
+}
+
+// RelayCluster describes the cluster a relay belongs to.
+type RelayCluster struct {
+	// Relay is the answering relay's id.
+	Relay string `json:"relay" msgpack:"relay"`
+	// Members are the cluster's live relays, the answering one included,
+	// sorted by id.
+	Members []RelayMember `json:"members" msgpack:"members"`
+}
+
+// RelayMember is one relay of a cluster: its id and the HOST:PORT its
+// executors and peers dial (outpost:// with the cluster's fingerprint).
+type RelayMember struct {
+	ID   string `json:"id" msgpack:"id"`
+	Addr string `json:"addr" msgpack:"addr"`
+}
+
+// MaxRelayMembers bounds the members a join answer lists.
+const MaxRelayMembers = 64
+
+// RelayPeerParams name the relay that opens a peer link.
+type RelayPeerParams struct {
+	Relay string `json:"relay" msgpack:"relay"`
+}
+
+// RelayForwardParams ask a peer relay for a stream to an executor joined
+// there. Client and TokenID are for the peer's audit log only.
+type RelayForwardParams struct {
+	ExecutorID string `json:"executorId" msgpack:"executorId"`
+	Client     string `json:"client,omitempty" msgpack:"client,omitempty"`
+	TokenID    string `json:"tokenId,omitempty" msgpack:"tokenId,omitempty"`
+}
 
 // RelayJoinParams register an executor under ID. Token is needed only the
 // first time: the relay binds the ID to the executor's static key.
@@ -77,6 +127,9 @@ type RelayExecutor struct {
 	Fingerprint    string            `json:"fingerprint" msgpack:"fingerprint"`
 	ConnectedSince int64             `json:"connectedSince" msgpack:"connectedSince"` // unix ms
 	Version        string            `json:"version,omitempty" msgpack:"version,omitempty"`
+	// Relays are the relays of a cluster the executor is joined to now
+	// (empty from a single relay).
+	Relays []string `json:"relays,omitempty" msgpack:"relays,omitempty"`
 }
 
 // RelayExecutorsParams authorise a listing with a client token.

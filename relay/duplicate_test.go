@@ -91,7 +91,7 @@ func rawJoin(t *testing.T, r *testRelay, k identity.Key, id, token string) *prot
 		return nil
 	}
 	defer rc.Close()
-	err = rc.Join(ctx, protocol.RelayJoinParams{ExecutorID: id, Token: token})
+	_, err = rc.Join(ctx, protocol.RelayJoinParams{ExecutorID: id, Token: token})
 	if refusal := (*protocol.Error)(nil); errors.As(err, &refusal) {
 		return refusal
 	}

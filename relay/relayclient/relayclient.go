@@ -212,8 +212,10 @@ func (c *Conn) Executors(ctx context.Context, token string) ([]protocol.RelayExe
 // open: the relay may send relay/reconnect on it (AwaitNotification), and
 // it opens a stream on the session for each client it splices to the
 // executor (Streams).
-func (c *Conn) Join(ctx context.Context, p protocol.RelayJoinParams) error {
-	return c.Call(ctx, protocol.MethodRelayJoin, p, nil)
+func (c *Conn) Join(ctx context.Context, p protocol.RelayJoinParams) (protocol.RelayJoinResult, error) {
+	var res protocol.RelayJoinResult
+	err := c.Call(ctx, protocol.MethodRelayJoin, p, &res)
+	return res, err
 }
 
 // AwaitNotification reads the control stream until the relay sends a
