@@ -311,7 +311,7 @@ func refusalKind(err error) protocol.Kind {
 		errors.Is(err, ErrTokenUsedUp), errors.Is(err, ErrTokenKind), errors.Is(err, ErrExecutorKeyMismatch),
 		errors.Is(err, ErrKeyRevoked), errors.Is(err, errJoinTokenNeeded):
 		return protocol.KindRefused
-	case errors.Is(err, bolt.ErrTimeout):
+	case errors.Is(err, ErrStoreUnavailable), errors.Is(err, bolt.ErrTimeout):
 		return protocol.KindUnavailable
 	}
 	return protocol.KindInternal

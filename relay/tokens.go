@@ -2,11 +2,32 @@ package relay
 
 // Token and executor-binding store.
 //
-// Tokens are persisted in a bbolt file. Only sha256(secret) is stored, never
-// the secret itself. The relay process and the `outpost token` CLI may use the
-// same file at the same time; bbolt takes an exclusive flock on the file, so
-// the store never keeps it open: every operation opens the file (waiting at
-// most storeLockTimeout for the lock), runs one transaction and closes it.
+// Only sha256(secret) is stored, never the secret itself. The records live
+// in five buckets (tokens, token_ids, executors, revoked_keys, meta) on one
+// of two backends, behind the small storeBackend interface below: one
+// transaction reads and writes keys of the buckets, either as an update or
+// as a read-only view. Every Store method is one transaction, so the
+// semantics (a single-use token is consumed exactly once, the first key
+// bound to an executor id wins, a revocation unbinds every id of the key)
+// are the same on both:
+//
+//   - bbolt (OpenStore, store_bolt.go): one file in the relay's state
+//     directory. The relay process and the `outpost token` CLI may use the
+//     same file at the same time; bbolt takes an exclusive flock on the
+//     file, so the store never keeps it open: every operation opens the
+//     file (waiting at most storeLockTimeout for the lock), runs one
+//     transaction and closes it. Transactions are serial.
+//   - etcd (NewEtcdStore, store_etcd.go): keys <prefix>/<bucket>/<key>,
+//     shared by any number of relays. Transactions are optimistic: reads
+//     happen at one revision, writes are buffered and committed by one etcd
+//     Txn that compares the revisions of everything read, retried on a
+//     conflict. So a function passed to update may run more than once, and
+//     must set its results afresh on each run.
+//
+// A store that cannot be reached (etcd down, or the bbolt file locked for
+// longer than the lock timeout) fails with an error wrapping
+// ErrStoreUnavailable: the relay answers such refusals with kind
+// unavailable, and the executor or client tries again later.
 //
 // Revoked executor keys live here too (`outpost executors revoke` writes
 // them while the relay runs): each revocation bumps a sequence number, which
@@ -22,15 +43,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
 	"path"
-	"path/filepath"
 	"sort"
 	"strings"
-	"sync"
 	"time"
-
-	bolt "go.etcd.io/bbolt"
 )
 
 // TokenKind says what a token may be used for.
@@ -99,15 +115,32 @@ var (
 	ErrKeyRevoked = errors.New("this executor key has been revoked on the relay")
 	// ErrExecutorUnknown: no key is bound to that executor id.
 	ErrExecutorUnknown = errors.New("no key is bound to that executor id on this relay (it never joined, or was revoked already)")
+	// ErrNoStore: OpenExistingStore or OpenExistingEtcdStore found no
+	// token store where it was pointed.
+	ErrNoStore = errors.New("no token store")
+	// ErrStoreUnavailable: the store could not be reached in time — etcd
+	// did not answer within the request timeout, or another process held
+	// the bbolt file's lock for longer than the lock timeout. Nothing was
+	// decided; the same call may succeed later.
+	ErrStoreUnavailable = errors.New("token store is unavailable")
+	// ErrStoreContention: an etcd transaction kept conflicting with other
+	// relays' transactions on the same keys for every one of its attempts.
+	// Errors wrapping it wrap ErrStoreUnavailable too: like a bbolt lock
+	// held too long, it is contention, and a later try may pass.
+	ErrStoreContention = errors.New("token store transaction kept conflicting with concurrent ones")
+	// ErrStoreNotEmpty: MigrateStore was pointed at a store that already
+	// holds tokens, bindings or revocations; nothing was written.
+	ErrStoreNotEmpty = errors.New("the destination token store already holds data")
 )
 
 const (
-	secretPrefix     = "opt_"
-	secretRandBytes  = 32
-	idRandBytes      = 8
-	storeLockTimeout = 2 * time.Second
-	storeFileMode    = 0o600
-	storeDirMode     = 0o700
+	secretPrefix    = "opt_"
+	secretRandBytes = 32
+	idRandBytes     = 8
+	// idAttempts bounds the search for an unused token id (a collision of
+	// 64 random bits is astronomically unlikely; a loop without a bound is
+	// still a loop without a bound).
+	idAttempts = 8
 )
 
 // secretLen is the exact length of a well-formed secret.
@@ -121,7 +154,33 @@ var (
 	bucketMeta      = []byte("meta")         // metaRevocationSeq -> uint64 big-endian
 )
 
+// storeBuckets are all the buckets, in the order MigrateStore copies them.
+var storeBuckets = [][]byte{bucketTokens, bucketTokenIDs, bucketExecutors, bucketRevoked, bucketMeta}
+
 var metaRevocationSeq = []byte("revocation_seq")
+
+// storeTx is one transaction on the store's buckets. get answers nil for
+// an absent key; the values get returns and forEach passes are valid only
+// until the transaction ends, and must not be modified. forEach visits a
+// bucket's keys in byte order, with the transaction's own writes applied;
+// fn must not write to the store (collect, then write after the loop).
+type storeTx interface {
+	get(bucket, key []byte) ([]byte, error)
+	put(bucket, key, value []byte) error
+	delete(bucket, key []byte) error
+	forEach(bucket []byte, fn func(k, v []byte) error) error
+}
+
+// storeBackend runs transactions. update's writes take effect all
+// together or not at all, and only if fn returns nil; an optimistic
+// backend may run fn several times (after a conflict), so fn must derive
+// everything it reports from what it reads in that run. view is read-only
+// and sees one consistent snapshot.
+type storeBackend interface {
+	update(fn func(tx storeTx) error) error
+	view(fn func(tx storeTx) error) error
+	close() error
+}
 
 // tokenRecord is what is persisted per token.
 type tokenRecord struct {
@@ -151,128 +210,25 @@ func (r *tokenRecord) token() Token {
 	}
 }
 
-// Store is the relay's persistent token and executor-binding store. It is
-// safe for concurrent use, and several Store values (in one or several
-// processes) may share one file.
+// Store is the relay's persistent token and executor-binding store, on
+// bbolt (OpenStore) or etcd (NewEtcdStore). It is safe for concurrent
+// use, and several Store values (in one or several processes) may share
+// one file or one etcd prefix.
 type Store struct {
-	path string
-	now  func() time.Time
-
-	// mu serialises this Store's own operations so that goroutines of one
-	// process queue on a mutex rather than polling the file lock; other
-	// processes (or other Store values) are excluded by bbolt's flock.
-	mu sync.Mutex
+	path string           // the bbolt file; empty on etcd
+	now  func() time.Time // the clock (tests set it)
+	b    storeBackend
 }
 
-// OpenStore validates (creating if needed) the store file at path and its
-// buckets, then closes it again. The parent directory is created with mode
-// 0700 and the file with mode 0600.
-func OpenStore(path string) (*Store, error) {
-	if path == "" {
-		return nil, errors.New("relay: token store path is empty")
-	}
-	if err := os.MkdirAll(filepath.Dir(path), storeDirMode); err != nil {
-		return nil, fmt.Errorf("relay: creating token store directory: %w", err)
-	}
-	return openStore(path)
-}
+// Close releases the store. Neither backend holds anything between
+// operations — bbolt opens its file per transaction, and the etcd client
+// belongs to the caller of NewEtcdStore (it is shared with the cluster
+// code), so it stays open — but callers close every Store they open so a
+// backend that does hold something can be added without touching them.
+func (s *Store) Close() error { return s.b.close() }
 
-// openStore validates the store file at path, adding missing buckets.
-func openStore(path string) (*Store, error) {
-	s := &Store{path: path, now: time.Now}
-	err := s.update(func(tx *bolt.Tx) error {
-		for _, b := range [][]byte{bucketTokens, bucketTokenIDs, bucketExecutors, bucketRevoked, bucketMeta} {
-			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
-	if err != nil {
-		return nil, err
-	}
-	return s, nil
-}
-
-// ErrNoStore: OpenExistingStore found no token store at its path.
-var ErrNoStore = errors.New("no token store")
-
-// OpenExistingStore is OpenStore for commands that only read or amend an
-// existing store (listing, revoking): it creates nothing, and a missing
-// directory or file fails with ErrNoStore, so a mistyped state directory
-// is reported rather than answered from a new, empty store.
-func OpenExistingStore(path string) (*Store, error) {
-	if path == "" {
-		return nil, errors.New("relay: token store path is empty")
-	}
-	dir := filepath.Dir(path)
-	if _, err := os.Stat(dir); err != nil {
-		if errors.Is(err, os.ErrNotExist) {
-			return nil, fmt.Errorf("relay: %w: the state directory %s does not exist (give the relay's --state-dir)", ErrNoStore, dir)
-		}
-		return nil, fmt.Errorf("relay: state directory: %w", err)
-	}
-	fi, err := os.Stat(path)
-	if err != nil {
-		if errors.Is(err, os.ErrNotExist) {
-			return nil, fmt.Errorf("relay: %w: %s does not exist (is %s the relay's --state-dir? relay init, relay serve and token create make it)", ErrNoStore, path, dir)
-		}
-		return nil, fmt.Errorf("relay: token store: %w", err)
-	}
-	if !fi.Mode().IsRegular() {
-		return nil, fmt.Errorf("relay: token store %s is not a regular file", path)
-	}
-	// The file exists: adding buckets a store made by an older relay
-	// lacks creates nothing in the file system.
-	return openStore(path)
-}
-
-func (s *Store) open(readOnly bool) (*bolt.DB, error) {
-	db, err := bolt.Open(s.path, storeFileMode, &bolt.Options{Timeout: storeLockTimeout, ReadOnly: readOnly})
-	if err != nil {
-		if errors.Is(err, bolt.ErrTimeout) {
-			return nil, fmt.Errorf("relay: token store %s is locked by another user: %w", s.path, err)
-		}
-		return nil, fmt.Errorf("relay: opening token store %s: %w", s.path, err)
-	}
-	return db, nil
-}
-
-func (s *Store) update(fn func(tx *bolt.Tx) error) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	db, err := s.open(false)
-	if err != nil {
-		return err
-	}
-	err = db.Update(fn)
-	if cerr := db.Close(); err == nil && cerr != nil {
-		err = fmt.Errorf("relay: closing token store: %w", cerr)
-	}
-	return err
-}
-
-func (s *Store) view(fn func(tx *bolt.Tx) error) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	db, err := s.open(true)
-	if err != nil {
-		return err
-	}
-	err = db.View(fn)
-	if cerr := db.Close(); err == nil && cerr != nil {
-		err = fmt.Errorf("relay: closing token store: %w", cerr)
-	}
-	return err
-}
-
-func bucket(tx *bolt.Tx, name []byte) (*bolt.Bucket, error) {
-	b := tx.Bucket(name)
-	if b == nil {
-		return nil, fmt.Errorf("relay: token store is missing bucket %q", name)
-	}
-	return b, nil
-}
+func (s *Store) update(fn func(tx storeTx) error) error { return s.b.update(fn) }
+func (s *Store) view(fn func(tx storeTx) error) error   { return s.b.view(fn) }
 
 // Create makes a new token and returns its secret (shown to the operator once
 // and never stored) together with its public description.
@@ -311,38 +267,43 @@ func (s *Store) Create(kind TokenKind, o CreateOptions) (secret string, t Token,
 		rec.ExpiresAt = now.Add(o.TTL)
 	}
 
-	err = s.update(func(tx *bolt.Tx) error {
-		toks, err := bucket(tx, bucketTokens)
-		if err != nil {
-			return err
-		}
-		ids, err := bucket(tx, bucketTokenIDs)
-		if err != nil {
-			return err
-		}
+	err = s.update(func(tx storeTx) error {
 		// Pick an id not already in use (collisions are astronomically
 		// unlikely, but cheap to rule out).
-		for {
+		rec.ID = ""
+		for range idAttempts {
 			var idb [idRandBytes]byte
 			if _, err := rand.Read(idb[:]); err != nil {
 				return fmt.Errorf("relay: generating token id: %w", err)
 			}
-			rec.ID = hex.EncodeToString(idb[:])
-			if ids.Get([]byte(rec.ID)) == nil {
+			id := hex.EncodeToString(idb[:])
+			v, err := tx.get(bucketTokenIDs, []byte(id))
+			if err != nil {
+				return err
+			}
+			if v == nil {
+				rec.ID = id
 				break
 			}
 		}
-		if toks.Get(key) != nil {
+		if rec.ID == "" {
+			return fmt.Errorf("relay: no unused token id in %d attempts", idAttempts)
+		}
+		old, err := tx.get(bucketTokens, key)
+		if err != nil {
+			return err
+		}
+		if old != nil {
 			return errors.New("relay: token secret collision")
 		}
 		buf, err := json.Marshal(&rec)
 		if err != nil {
 			return err
 		}
-		if err := toks.Put(key, buf); err != nil {
+		if err := tx.put(bucketTokens, key, buf); err != nil {
 			return err
 		}
-		return ids.Put([]byte(rec.ID), key)
+		return tx.put(bucketTokenIDs, []byte(rec.ID), key)
 	})
 	if err != nil {
 		return "", Token{}, err
@@ -352,7 +313,9 @@ func (s *Store) Create(kind TokenKind, o CreateOptions) (secret string, t Token,
 
 // Redeem checks that secret names a usable token of the given kind (not
 // expired, not revoked, uses left) and consumes one use of it, atomically.
-// Tokens that are refused are not consumed.
+// Tokens that are refused are not consumed. On etcd, any number of relays
+// may redeem at once: a use is granted by exactly one committed
+// transaction, never twice.
 func (s *Store) Redeem(kind TokenKind, secret string) (Token, error) {
 	if len(secret) != secretLen || !strings.HasPrefix(secret, secretPrefix) {
 		return Token{}, ErrTokenUnknown
@@ -361,12 +324,11 @@ func (s *Store) Redeem(kind TokenKind, secret string) (Token, error) {
 	key := []byte(hex.EncodeToString(sum[:]))
 
 	var out Token
-	err := s.update(func(tx *bolt.Tx) error {
-		toks, err := bucket(tx, bucketTokens)
+	err := s.update(func(tx storeTx) error {
+		buf, err := tx.get(bucketTokens, key)
 		if err != nil {
 			return err
 		}
-		buf := toks.Get(key)
 		if buf == nil {
 			return ErrTokenUnknown
 		}
@@ -394,7 +356,7 @@ func (s *Store) Redeem(kind TokenKind, secret string) (Token, error) {
 		if err != nil {
 			return err
 		}
-		if err := toks.Put(key, nb); err != nil {
+		if err := tx.put(bucketTokens, key, nb); err != nil {
 			return err
 		}
 		out = rec.token()
@@ -410,12 +372,9 @@ func (s *Store) Redeem(kind TokenKind, secret string) (Token, error) {
 // ones), sorted by creation time.
 func (s *Store) List() ([]Token, error) {
 	var out []Token
-	err := s.view(func(tx *bolt.Tx) error {
-		toks, err := bucket(tx, bucketTokens)
-		if err != nil {
-			return err
-		}
-		return toks.ForEach(func(_, v []byte) error {
+	err := s.view(func(tx storeTx) error {
+		out = nil
+		return tx.forEach(bucketTokens, func(_, v []byte) error {
 			var rec tokenRecord
 			if err := json.Unmarshal(v, &rec); err != nil {
 				return fmt.Errorf("relay: corrupt token record: %w", err)
@@ -439,21 +398,19 @@ func (s *Store) List() ([]Token, error) {
 // Revoke marks the token with the given public id as revoked. Revoking an
 // already revoked token is not an error.
 func (s *Store) Revoke(id string) error {
-	return s.update(func(tx *bolt.Tx) error {
-		toks, err := bucket(tx, bucketTokens)
+	return s.update(func(tx storeTx) error {
+		key, err := tx.get(bucketTokenIDs, []byte(id))
 		if err != nil {
 			return err
 		}
-		ids, err := bucket(tx, bucketTokenIDs)
-		if err != nil {
-			return err
-		}
-		key := ids.Get([]byte(id))
 		if key == nil {
 			return ErrTokenUnknown
 		}
 		key = append([]byte(nil), key...)
-		buf := toks.Get(key)
+		buf, err := tx.get(bucketTokens, key)
+		if err != nil {
+			return err
+		}
 		if buf == nil {
 			return ErrTokenUnknown
 		}
@@ -469,7 +426,7 @@ func (s *Store) Revoke(id string) error {
 		if err != nil {
 			return err
 		}
-		return toks.Put(key, nb)
+		return tx.put(bucketTokens, key, nb)
 	})
 }
 
@@ -481,21 +438,20 @@ func (s *Store) BindExecutor(id string, key [32]byte) error {
 	if id == "" {
 		return errors.New("relay: executor id is empty")
 	}
-	return s.update(func(tx *bolt.Tx) error {
-		b, err := bucket(tx, bucketExecutors)
+	return s.update(func(tx storeTx) error {
+		revoked, err := tx.get(bucketRevoked, key[:])
 		if err != nil {
 			return err
 		}
-		rb, err := bucket(tx, bucketRevoked)
-		if err != nil {
-			return err
-		}
-		if rb.Get(key[:]) != nil {
+		if revoked != nil {
 			return ErrKeyRevoked
 		}
-		old := b.Get([]byte(id))
+		old, err := tx.get(bucketExecutors, []byte(id))
+		if err != nil {
+			return err
+		}
 		if old == nil {
-			return b.Put([]byte(id), key[:])
+			return tx.put(bucketExecutors, []byte(id), key[:])
 		}
 		if subtle.ConstantTimeCompare(old, key[:]) != 1 {
 			return ErrExecutorKeyMismatch
@@ -506,12 +462,12 @@ func (s *Store) BindExecutor(id string, key [32]byte) error {
 
 // ExecutorKey returns the key bound to executor id, if any.
 func (s *Store) ExecutorKey(id string) (key [32]byte, ok bool, err error) {
-	err = s.view(func(tx *bolt.Tx) error {
-		b, err := bucket(tx, bucketExecutors)
+	err = s.view(func(tx storeTx) error {
+		key, ok = [32]byte{}, false
+		v, err := tx.get(bucketExecutors, []byte(id))
 		if err != nil {
 			return err
 		}
-		v := b.Get([]byte(id))
 		if v == nil {
 			return nil
 		}
@@ -602,20 +558,22 @@ type ExecutorStatus struct {
 // whether key is revoked.
 func (s *Store) CheckExecutor(id string, key [32]byte) (ExecutorStatus, error) {
 	var st ExecutorStatus
-	err := s.view(func(tx *bolt.Tx) error {
-		b, err := bucket(tx, bucketExecutors)
-		if err != nil {
-			return err
-		}
-		rb, err := bucket(tx, bucketRevoked)
-		if err != nil {
-			return err
-		}
+	err := s.view(func(tx storeTx) error {
+		st = ExecutorStatus{}
+		var err error
 		if st.Seq, err = revocationSeq(tx); err != nil {
 			return err
 		}
-		st.KeyRevoked = rb.Get(key[:]) != nil
-		if v := b.Get([]byte(id)); v != nil {
+		revoked, err := tx.get(bucketRevoked, key[:])
+		if err != nil {
+			return err
+		}
+		st.KeyRevoked = revoked != nil
+		v, err := tx.get(bucketExecutors, []byte(id))
+		if err != nil {
+			return err
+		}
+		if v != nil {
 			if len(v) != len(st.BoundKey) {
 				return fmt.Errorf("relay: corrupt key for executor %q", id)
 			}
@@ -632,22 +590,20 @@ func (s *Store) CheckExecutor(id string, key [32]byte) (ExecutorStatus, error) {
 // is unbound too), and a running relay cuts its sessions when it next polls
 // RevocationSeq. The id may then be bound afresh by a new key with a new
 // join token. An id with no key bound fails with ErrExecutorUnknown.
+//
+// It reads and bumps the revocation sequence number, so two revocations
+// on etcd always conflict and one of them retries: neither can miss a
+// binding the other made or removed. A binding of the key made
+// concurrently under another id conflicts too (the scan of the executors
+// bucket is compared as a range).
 func (s *Store) RevokeExecutor(id string) (Revocation, error) {
 	var rev Revocation
-	err := s.update(func(tx *bolt.Tx) error {
-		b, err := bucket(tx, bucketExecutors)
+	err := s.update(func(tx storeTx) error {
+		rev = Revocation{}
+		v, err := tx.get(bucketExecutors, []byte(id))
 		if err != nil {
 			return err
 		}
-		rb, err := bucket(tx, bucketRevoked)
-		if err != nil {
-			return err
-		}
-		mb, err := bucket(tx, bucketMeta)
-		if err != nil {
-			return err
-		}
-		v := b.Get([]byte(id))
 		if v == nil {
 			return ErrExecutorUnknown
 		}
@@ -655,7 +611,7 @@ func (s *Store) RevokeExecutor(id string) (Revocation, error) {
 			return fmt.Errorf("relay: corrupt key for executor %q", id)
 		}
 		copy(rev.Key[:], v)
-		err = b.ForEach(func(k, v []byte) error {
+		err = tx.forEach(bucketExecutors, func(k, v []byte) error {
 			if subtle.ConstantTimeCompare(v, rev.Key[:]) == 1 {
 				rev.IDs = append(rev.IDs, string(k))
 			}
@@ -665,7 +621,7 @@ func (s *Store) RevokeExecutor(id string) (Revocation, error) {
 			return err
 		}
 		for _, bound := range rev.IDs {
-			if err := b.Delete([]byte(bound)); err != nil {
+			if err := tx.delete(bucketExecutors, []byte(bound)); err != nil {
 				return err
 			}
 		}
@@ -678,10 +634,10 @@ func (s *Store) RevokeExecutor(id string) (Revocation, error) {
 		if err != nil {
 			return err
 		}
-		if err := rb.Put(rev.Key[:], buf); err != nil {
+		if err := tx.put(bucketRevoked, rev.Key[:], buf); err != nil {
 			return err
 		}
-		return mb.Put(metaRevocationSeq, binary.BigEndian.AppendUint64(nil, rev.Seq))
+		return tx.put(bucketMeta, metaRevocationSeq, binary.BigEndian.AppendUint64(nil, rev.Seq))
 	})
 	if err != nil {
 		return Revocation{}, err
@@ -693,7 +649,7 @@ func (s *Store) RevokeExecutor(id string) (Revocation, error) {
 // move re-checks the keys of its joined executors (RevokedKeys).
 func (s *Store) RevocationSeq() (uint64, error) {
 	var seq uint64
-	err := s.view(func(tx *bolt.Tx) (err error) {
+	err := s.view(func(tx storeTx) (err error) {
 		seq, err = revocationSeq(tx)
 		return err
 	})
@@ -703,21 +659,25 @@ func (s *Store) RevocationSeq() (uint64, error) {
 // RevokedKeys reports which of keys are revoked, and the revocation
 // sequence number the answer reflects.
 func (s *Store) RevokedKeys(keys [][32]byte) (revoked map[[32]byte]bool, seq uint64, err error) {
-	revoked = map[[32]byte]bool{}
-	err = s.view(func(tx *bolt.Tx) error {
-		rb, err := bucket(tx, bucketRevoked)
-		if err != nil {
-			return err
-		}
+	asked := make(map[[32]byte]bool, len(keys))
+	for _, k := range keys {
+		asked[k] = true
+	}
+	err = s.view(func(tx storeTx) error {
+		revoked = map[[32]byte]bool{}
+		var err error
 		if seq, err = revocationSeq(tx); err != nil {
 			return err
 		}
-		for _, k := range keys {
-			if rb.Get(k[:]) != nil {
-				revoked[k] = true
+		// One scan of the revoked keys rather than a read per asked key:
+		// a relay asks about every joined executor (thousands), and on
+		// etcd each read is a round trip, while revocations are few.
+		return tx.forEach(bucketRevoked, func(k, _ []byte) error {
+			if len(k) == 32 && asked[[32]byte(k)] {
+				revoked[[32]byte(k)] = true
 			}
-		}
-		return nil
+			return nil
+		})
 	})
 	if err != nil {
 		return nil, 0, err
@@ -725,12 +685,11 @@ func (s *Store) RevokedKeys(keys [][32]byte) (revoked map[[32]byte]bool, seq uin
 	return revoked, seq, nil
 }
 
-func revocationSeq(tx *bolt.Tx) (uint64, error) {
-	mb, err := bucket(tx, bucketMeta)
+func revocationSeq(tx storeTx) (uint64, error) {
+	v, err := tx.get(bucketMeta, metaRevocationSeq)
 	if err != nil {
 		return 0, err
 	}
-	v := mb.Get(metaRevocationSeq)
 	switch len(v) {
 	case 0:
 		return 0, nil
