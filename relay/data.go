@@ -68,10 +68,8 @@ type handshakeRequest struct {
 	reply    []byte // message 2's payload
 	answered bool   // message 2 carried reply (false: an XX handshake)
 
-	// relay/connect, admitted: its executor, slot and target.
-	join   *joined
-	target net.Conn  // a data connection's socket, or a stream on the session
-	dc     *dataConn // when target is a data connection
+	// relay/connect, admitted: its target (and slot).
+	target *clientTarget
 	client string
 	remote string
 	execID string
@@ -110,30 +108,28 @@ func (s *Server) handshakeRequest(peer [32]byte, remote string, payload []byte) 
 			return fail(m.ID, perr)
 		}
 		hr.execID = p.ExecutorID
-		tok, j, perr := s.admitConnect(p)
+		ctx, cancel := context.WithTimeout(context.Background(), s.cfg.HandshakeTimeout)
+		tok, t, perr := s.openClient(ctx, p, hr.client)
+		cancel()
 		if perr != nil {
 			s.log.Info("client connect refused", zap.String("client", hr.client), zap.String("remote", remote), zap.String("executor", p.ExecutorID),
 				zap.String("outcome", "refused"), zap.String("kind", string(protocol.KindOf(perr))), zap.String("reason", perr.Message))
 			return fail(m.ID, perr)
 		}
-		target, dc, err := s.openTarget(j)
-		if err == nil && len(p.Early) > 0 {
+		if len(p.Early) > 0 {
 			// The client's handshake with the executor goes ahead now;
 			// whatever the executor answers waits in the target's buffers
 			// until the splice starts, after message 2.
-			target.SetWriteDeadline(time.Now().Add(s.cfg.HandshakeTimeout))
-			_, err = target.Write(p.Early)
-			target.SetWriteDeadline(time.Time{})
+			t.conn.SetWriteDeadline(time.Now().Add(s.cfg.HandshakeTimeout))
+			_, err := t.conn.Write(p.Early)
+			t.conn.SetWriteDeadline(time.Time{})
 			if err != nil {
-				s.closeTarget(j, target, dc)
+				t.release()
+				return fail(m.ID, protocol.KindErrorf(protocol.KindUnavailable, protocol.CodeNotFound, "relay/connect: executor %s is offline", p.ExecutorID))
 			}
 		}
-		if err != nil {
-			s.releaseSlot(j)
-			return fail(m.ID, protocol.KindErrorf(protocol.KindUnavailable, protocol.CodeNotFound, "relay/connect: executor %s is offline", p.ExecutorID))
-		}
-		hr.join, hr.target, hr.dc, hr.tokID, hr.needFirst = j, target, dc, tok.ID, len(p.Early) == 0
-		hr.reply, _ = transport.PayloadResult(m.ID, protocol.RelayConnectResult{ExecutorKey: fingerprint(j.key)})
+		hr.target, hr.tokID, hr.needFirst = t, tok.ID, len(p.Early) == 0
+		hr.reply, _ = transport.PayloadResult(m.ID, protocol.RelayConnectResult{ExecutorKey: fingerprint(t.key)})
 		return hr
 	case protocol.MethodRelayData:
 		var p protocol.RelayDataParams
@@ -172,10 +168,9 @@ func (s *Server) dataAllowed(id string, peer [32]byte) (*joined, *protocol.Error
 
 // abandon undoes what a request admitted when its handshake failed.
 func (hr *handshakeRequest) abandon(s *Server) {
-	if hr.join != nil {
-		s.closeTarget(hr.join, hr.target, hr.dc)
-		s.releaseSlot(hr.join)
-		hr.join = nil
+	if hr.target != nil {
+		hr.target.release()
+		hr.target = nil
 	}
 }
 
@@ -189,7 +184,7 @@ func (s *Server) serveHandshakeRequest(ctx context.Context, nc *transport.NoiseC
 		return
 	}
 	switch {
-	case hr.join != nil:
+	case hr.target != nil:
 		s.spliceEarly(nc, hr)
 	case hr.dataFor != nil:
 		s.serveData(ctx, nc, hr)
@@ -202,16 +197,15 @@ func (s *Server) serveHandshakeRequest(ctx context.Context, nc *transport.NoiseC
 
 // spliceEarly splices a client whose relay/connect came in its handshake.
 func (s *Server) spliceEarly(nc *transport.NoiseConn, hr *handshakeRequest) {
-	j := hr.join
-	defer s.releaseSlot(j)
-	defer s.closeTarget(j, hr.target, hr.dc)
+	t := hr.target
+	defer t.release()
 	if hr.needFirst {
 		first, err := readInnerHello(nc, s.cfg.HandshakeTimeout)
 		if err != nil {
 			s.log.Debug("client sent no handshake for the executor", zap.String("client", hr.client), zap.String("remote", hr.remote), zap.Error(err))
 			return
 		}
-		if _, err := hr.target.Write(first); err != nil {
+		if _, err := t.conn.Write(first); err != nil {
 			return
 		}
 	}
@@ -220,14 +214,14 @@ func (s *Server) spliceEarly(nc *transport.NoiseConn, hr *handshakeRequest) {
 		return
 	}
 	if ahead := raw.TakePrefix(); len(ahead) > 0 {
-		if _, err := hr.target.Write(ahead); err != nil {
+		if _, err := t.conn.Write(ahead); err != nil {
 			return
 		}
 	}
 	s.log.Info("client connected", zap.String("client", hr.client), zap.String("remote", hr.remote), zap.String("executor", hr.execID),
-		zap.String("outcome", "spliced"), zap.String("token_id", hr.tokID), zap.Bool("data_conn", hr.dc != nil), zap.Bool("early", true))
+		zap.String("outcome", "spliced"), zap.String("token_id", hr.tokID), zap.Bool("data_conn", t.data), zap.Bool("early", true), zap.String("via", t.via))
 	start := time.Now()
-	n := splice(raw.Conn, hr.target)
+	n := splice(raw.Conn, t.conn)
 	s.splicedBytes.Add(n)
 	s.log.Info("client disconnected", zap.String("client", hr.client), zap.String("executor", hr.execID), zap.Uint64("bytes", n), zap.Duration("duration", time.Since(start)))
 }

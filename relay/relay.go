@@ -50,6 +50,20 @@
 // again); invalid and unsupported for bad requests. A joining executor
 // retries the temporary ones and gives up on a refusal.
 //
+// A cluster (Config.Cluster; cluster.go, peer.go) is several relays on
+// one etcd and one key: the token store, the bindings and revocations
+// live in etcd (a single-use token is redeemed by one etcd transaction,
+// so exactly one of any number of relays wins), each relay records which
+// executors are joined to it (presence, under its etcd lease), and a
+// client that reaches a relay its executor is not joined to is forwarded
+// one hop, over a peer link, to a relay it is joined to:
+//
+//	relay/peer    {relay}                          relay → relay, first request of a peer link
+//	relay/forward {executorId, client, tokenId} → {executorKey}   a stream per forwarded client
+//
+// relay/join's answer names the cluster's members, so executors keep
+// sessions on several of them (executor.JoinConfig.RelayConnections).
+//
 // Bounds: Config.MaxExecutors joined executors, Config.MaxConnections TCP
 // connections (and Config.MaxHandshakes in progress); per executor, its
 // mux stream limit, Config.MaxStreamsPerExecutor splices and
@@ -67,6 +81,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -132,6 +147,10 @@ type Config struct {
 	// DefaultMaxDataConns, 8). Spliced ones count against
 	// MaxStreamsPerExecutor instead.
 	MaxDataConns int
+	// Cluster, when set, makes the relay a member of a cluster on etcd
+	// (cluster.go): presence in etcd, peer links, one-hop forwarding.
+	// Tokens should then be a store on the same etcd.
+	Cluster *ClusterConfig
 }
 
 // Defaults of Config.LivenessTimeout and Config.RevocationPoll.
@@ -227,6 +246,9 @@ func (c Config) Validate() error {
 	case c.MaxDataConns < 1:
 		return errors.New("relay: MaxDataConns must be at least 1")
 	}
+	if c.Cluster != nil {
+		return c.Cluster.withDefaults().Validate()
+	}
 	return nil
 }
 
@@ -242,6 +264,7 @@ type Server struct {
 	draining  bool                     // Drain was called
 	drained   chan struct{}            // closed once draining and spliced == 0
 	watching  bool                     // watchRevocations is running
+	cluster   *cluster                 // nil for a single relay
 
 	failedHandshakes atomic.Uint64
 	splicedBytes     atomic.Uint64
@@ -281,6 +304,11 @@ type joined struct {
 	gone bool
 }
 
+// presence is what the cluster records of j.
+func (j *joined) presence() presenceRecord {
+	return presenceRecord{Fingerprint: fingerprint(j.key), Labels: j.labels, Version: j.version, Since: j.since.UnixMilli()}
+}
+
 // liveness is one ping of a joined session; done is closed once alive is set.
 type liveness struct {
 	done  chan struct{}
@@ -303,8 +331,9 @@ var ErrAlreadyJoined = errors.New("executor id is already joined from another co
 var errJoinTokenNeeded = errors.New("a join token is needed the first time an executor joins")
 
 // refusalKind is the kind of a token or key check's failure: refused for
-// credentials that will not do, unavailable while another process holds
-// the token store, internal for anything else the store fails with.
+// credentials that will not do, unavailable while the token store cannot
+// be reached (etcd down, or another process holding the bbolt file),
+// internal for anything else the store fails with.
 func refusalKind(err error) protocol.Kind {
 	switch {
 	case errors.Is(err, ErrTokenUnknown), errors.Is(err, ErrTokenExpired), errors.Is(err, ErrTokenRevoked),
@@ -338,7 +367,48 @@ func NewServer(cfg Config) (*Server, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return &Server{cfg: cfg, log: cfg.Logger, executors: map[string]*joined{}, failures: map[string]*failureCount{}, drained: make(chan struct{})}, nil
+	s := &Server{cfg: cfg, log: cfg.Logger, executors: map[string]*joined{}, failures: map[string]*failureCount{}, drained: make(chan struct{})}
+	if cfg.Cluster != nil {
+		s.cluster = newCluster(s, cfg.Cluster.withDefaults())
+	}
+	return s, nil
+}
+
+// Close ends the relay's membership of its cluster (nothing for a single
+// relay): its member key and the presence of its executors leave etcd at
+// once, and its peer links close. Call it after Drain and closing the
+// listeners.
+func (s *Server) Close() error {
+	if s.cluster != nil {
+		s.cluster.close()
+	}
+	return nil
+}
+
+// detached is ErrDetached's error while a clustered relay has lost etcd:
+// it then decides no token (a partition must not split the database) and
+// takes no join (its presence could not be recorded).
+func (s *Server) detached() error {
+	if s.cluster == nil {
+		return nil
+	}
+	return s.cluster.ready()
+}
+
+// Ready says whether the relay can take new work: nil, or why not
+// (ErrDetached: a clustered relay that has lost etcd; ErrShuttingDown:
+// draining). For /readyz.
+func (s *Server) Ready() error {
+	s.mu.Lock()
+	draining := s.draining
+	s.mu.Unlock()
+	if draining {
+		return ErrShuttingDown
+	}
+	if s.cluster != nil {
+		return s.cluster.ready()
+	}
+	return nil
 }
 
 // Listener serves the relay on a TCP port.
@@ -562,6 +632,12 @@ func (s *Server) serve(ctx context.Context, c net.Conn, hs chan struct{}) {
 		s.connect(ctx, ctl, mc, m, peer, c.RemoteAddr().String())
 	case protocol.MethodRelayExecutors:
 		s.list(ctx, mc, m)
+	case protocol.MethodRelayPeer:
+		if !s.isClusterKey(peer) {
+			mc.WriteError(ctx, m.ID, protocol.KindErrorf(protocol.KindRefused, protocol.CodeInvalidRequest, "relay/peer: only a relay of this cluster may open a peer link"))
+			return
+		}
+		s.servePeer(ctx, sess, mc, m, c.RemoteAddr().String())
 	default:
 		mc.WriteError(ctx, m.ID, protocol.KindErrorf(protocol.KindUnsupported, protocol.CodeMethodNotFound, "relay: unknown method %q", m.Method))
 	}
@@ -569,6 +645,11 @@ func (s *Server) serve(ctx context.Context, c net.Conn, hs chan struct{}) {
 
 func (s *Server) join(ctx context.Context, sess *transport.MuxSession, ctl net.Conn, mc *transport.MsgpackConn, m *transport.Message, peer [32]byte, remote string) {
 	p, perr := parseJoin(m)
+	if perr == nil {
+		if err := s.detached(); err != nil {
+			perr = protocol.KindErrorf(protocol.KindUnavailable, protocol.CodeInvalidRequest, "relay/join: %v; join another relay", err)
+		}
+	}
 	if perr != nil {
 		mc.WriteError(ctx, m.ID, perr)
 		return
@@ -612,7 +693,11 @@ func (s *Server) join(ctx context.Context, sess *transport.MuxSession, ctl net.C
 		return
 	}
 	s.log.Info("executor joined", zap.String("executor", j.id), zap.String("remote", remote), zap.String("fingerprint", fingerprint(peer)), zap.String("outcome", "joined"))
-	if err := mc.WriteResult(ctx, m.ID, protocol.Empty{}); err != nil {
+	var res protocol.RelayJoinResult
+	if s.cluster != nil {
+		res.Cluster = s.cluster.info()
+	}
+	if err := mc.WriteResult(ctx, m.ID, res); err != nil {
 		s.leave(j)
 		return
 	}
@@ -641,6 +726,9 @@ func (s *Server) admit(ctx context.Context, j *joined) (holder string, err error
 				return "", errRelayFull
 			}
 			s.executors[j.id] = j
+			if s.cluster != nil {
+				s.cluster.joined(j.id, j.presence())
+			}
 			if !s.watching {
 				s.watching = true
 				go s.watchRevocations()
@@ -820,6 +908,9 @@ func (s *Server) leave(j *joined) {
 	s.mu.Lock()
 	if s.executors[j.id] == j {
 		delete(s.executors, j.id)
+		if s.cluster != nil {
+			s.cluster.left(j.id)
+		}
 	}
 	j.gone = true
 	data := make([]*dataConn, 0, len(j.data))
@@ -864,33 +955,41 @@ func (s *Server) connect(ctx context.Context, ctl net.Conn, mc *transport.Msgpac
 		s.connectRefused(ctx, mc, m, client, remote, "", perr)
 		return
 	}
-	tok, j, perr := s.admitConnect(p)
+	tok, t, perr := s.openClient(ctx, p, client)
 	if perr != nil {
 		s.connectRefused(ctx, mc, m, client, remote, p.ExecutorID, perr)
 		return
 	}
-	defer s.releaseSlot(j)
-	up, dc, err := s.openTarget(j)
-	if err != nil {
-		s.connectRefused(ctx, mc, m, client, remote, p.ExecutorID, protocol.KindErrorf(protocol.KindUnavailable, protocol.CodeNotFound, "relay/connect: executor %s is offline", p.ExecutorID))
-		return
-	}
-	defer s.closeTarget(j, up, dc)
-	if err := mc.WriteResult(ctx, m.ID, protocol.RelayConnectResult{ExecutorKey: fingerprint(j.key)}); err != nil {
+	defer t.release()
+	if err := mc.WriteResult(ctx, m.ID, protocol.RelayConnectResult{ExecutorKey: fingerprint(t.key)}); err != nil {
 		return
 	}
 	s.log.Info("client connected", zap.String("client", client), zap.String("remote", remote), zap.String("executor", p.ExecutorID),
-		zap.String("outcome", "spliced"), zap.String("token_id", tok.ID), zap.Bool("data_conn", dc != nil))
+		zap.String("outcome", "spliced"), zap.String("token_id", tok.ID), zap.Bool("data_conn", t.data), zap.String("via", t.via))
 	start := time.Now()
-	n := splice(ctl, up)
+	n := splice(ctl, t.conn)
 	s.splicedBytes.Add(n)
 	s.log.Info("client disconnected", zap.String("client", client), zap.String("executor", p.ExecutorID), zap.Uint64("bytes", n), zap.Duration("duration", time.Since(start)))
 }
 
-// admitConnect checks a relay/connect — the token, its ACL, the executor
-// joined, its stream limit, the relay not draining — and takes a splice
-// slot (give it back with releaseSlot).
-func (s *Server) admitConnect(p protocol.RelayConnectParams) (Token, *joined, *protocol.Error) {
+// clientTarget is what an admitted client is spliced to: an executor
+// joined here (a data connection or a stream on its session), or a stream
+// forwarded to the peer relay holding it (via).
+type clientTarget struct {
+	conn    net.Conn
+	key     [32]byte // the executor's
+	data    bool     // a data connection
+	via     string   // the peer relay, when forwarded
+	release func()   // closes conn and gives back the slot
+}
+
+// openClient admits a relay/connect — the token, its ACL, then the
+// executor: joined here, or (in a cluster) joined to a peer — and opens
+// its target. Release the target when the splice ends.
+func (s *Server) openClient(ctx context.Context, p protocol.RelayConnectParams, client string) (Token, *clientTarget, *protocol.Error) {
+	if err := s.detached(); err != nil {
+		return Token{}, nil, protocol.KindErrorf(protocol.KindUnavailable, protocol.CodeInvalidRequest, "relay/connect: %v; connect through another relay", err)
+	}
 	tok, err := s.redeem(TokenClient, p.Token)
 	if err != nil {
 		return tok, nil, protocol.KindErrorf(refusalKind(err), protocol.CodeInvalidRequest, "relay/connect: %v", err)
@@ -898,8 +997,69 @@ func (s *Server) admitConnect(p protocol.RelayConnectParams) (Token, *joined, *p
 	if !tok.AllowsExecutor(p.ExecutorID) {
 		return tok, nil, protocol.KindErrorf(protocol.KindRefused, protocol.CodeInvalidRequest, "relay/connect: %v: %s", ErrNotAllowed, p.ExecutorID)
 	}
+	j, perr := s.takeSlot(p.ExecutorID)
+	if perr != nil {
+		return tok, nil, perr
+	}
+	if j != nil {
+		up, dc, err := s.openTarget(j)
+		if err != nil {
+			s.releaseSlot(j)
+			return tok, nil, protocol.KindErrorf(protocol.KindUnavailable, protocol.CodeNotFound, "relay/connect: executor %s is offline", p.ExecutorID)
+		}
+		return tok, &clientTarget{conn: up, key: j.key, data: dc != nil, release: func() {
+			s.closeTarget(j, up, dc)
+			s.releaseSlot(j)
+		}}, nil
+	}
+	if s.cluster == nil {
+		return tok, nil, s.notJoined(p.ExecutorID)
+	}
+	if !s.takeSplice() {
+		return tok, nil, protocol.KindErrorf(protocol.KindUnavailable, protocol.CodeInvalidRequest, "relay/connect: %v; connect again", ErrShuttingDown)
+	}
+	st, key, via, found, err := s.cluster.forward(ctx, protocol.RelayForwardParams{ExecutorID: p.ExecutorID, Client: client, TokenID: tok.ID})
+	if err != nil || !found {
+		s.releaseSplice()
+		if !found {
+			return tok, nil, s.notJoined(p.ExecutorID)
+		}
+		s.log.Info("no peer relay took a forwarded client", zap.String("executor", p.ExecutorID), zap.Error(err))
+		return tok, nil, protocol.KindErrorf(protocol.KindUnavailable, protocol.CodeNotFound, "relay/connect: executor %s is offline", p.ExecutorID)
+	}
+	return tok, &clientTarget{conn: st, key: key, via: via, release: func() {
+		st.Close()
+		s.releaseSplice()
+	}}, nil
+}
+
+// takeSplice counts a forwarded splice (Drain waits for it); false while
+// draining.
+func (s *Server) takeSplice() bool {
 	s.mu.Lock()
-	j := s.executors[p.ExecutorID]
+	defer s.mu.Unlock()
+	if s.draining {
+		return false
+	}
+	s.spliced++
+	return true
+}
+
+func (s *Server) releaseSplice() {
+	s.mu.Lock()
+	s.spliced--
+	if s.draining && s.spliced == 0 {
+		close(s.drained)
+	}
+	s.mu.Unlock()
+}
+
+// takeSlot takes a splice slot of executor id joined here — its stream
+// limit, the relay not draining (give it back with releaseSlot). For an
+// id not joined here it returns neither (a cluster forwards the client).
+func (s *Server) takeSlot(id string) (*joined, *protocol.Error) {
+	s.mu.Lock()
+	j := s.executors[id]
 	full := j != nil && j.streams >= s.cfg.MaxStreamsPerExecutor
 	draining := s.draining
 	if j != nil && !full && !draining {
@@ -909,13 +1069,13 @@ func (s *Server) admitConnect(p protocol.RelayConnectParams) (Token, *joined, *p
 	s.mu.Unlock()
 	switch {
 	case draining:
-		return tok, nil, protocol.KindErrorf(protocol.KindUnavailable, protocol.CodeInvalidRequest, "relay/connect: %v; connect again", ErrShuttingDown)
+		return nil, protocol.KindErrorf(protocol.KindUnavailable, protocol.CodeInvalidRequest, "relay/connect: %v; connect again", ErrShuttingDown)
 	case j == nil:
-		return tok, nil, s.notJoined(p.ExecutorID)
+		return nil, nil
 	case full:
-		return tok, nil, protocol.KindErrorf(protocol.KindExhausted, protocol.CodeInvalidRequest, "relay/connect: executor %s has %d connections, the most this relay allows", p.ExecutorID, s.cfg.MaxStreamsPerExecutor)
+		return nil, protocol.KindErrorf(protocol.KindExhausted, protocol.CodeInvalidRequest, "relay/connect: executor %s has %d connections, the most this relay allows", id, s.cfg.MaxStreamsPerExecutor)
 	}
-	return tok, j, nil
+	return j, nil
 }
 
 // releaseSlot gives back a slot admitConnect took.
@@ -941,14 +1101,35 @@ func (s *Server) list(ctx context.Context, mc *transport.MsgpackConn, m *transpo
 		mc.WriteError(ctx, m.ID, protocol.KindErrorf(refusalKind(err), protocol.CodeInvalidRequest, "relay/executors: %v", err))
 		return
 	}
+	// A cluster lists every executor of the cluster (the watched
+	// presence), with the relays each is joined to; this relay's own are
+	// listed even before their presence comes back from etcd.
+	var all map[string]protocol.RelayExecutor
+	if s.cluster != nil {
+		all = s.cluster.listing()
+	}
 	s.mu.Lock()
-	res := protocol.RelayExecutorsResult{Executors: []protocol.RelayExecutor{}}
 	for _, j := range s.executors {
-		if tok.AllowsExecutor(j.id) {
-			res.Executors = append(res.Executors, protocol.RelayExecutor{ID: j.id, Labels: j.labels, Fingerprint: fingerprint(j.key), ConnectedSince: j.since.UnixMilli(), Version: j.version})
+		e, ok := all[j.id]
+		if !ok {
+			e = protocol.RelayExecutor{ID: j.id, Labels: j.labels, Fingerprint: fingerprint(j.key), ConnectedSince: j.since.UnixMilli(), Version: j.version}
 		}
+		if s.cluster != nil && !slices.Contains(e.Relays, s.cluster.cfg.RelayID) {
+			e.Relays = append(e.Relays, s.cluster.cfg.RelayID)
+			sort.Strings(e.Relays)
+		}
+		if all == nil {
+			all = map[string]protocol.RelayExecutor{}
+		}
+		all[j.id] = e
 	}
 	s.mu.Unlock()
+	res := protocol.RelayExecutorsResult{Executors: []protocol.RelayExecutor{}}
+	for id, e := range all {
+		if tok.AllowsExecutor(id) {
+			res.Executors = append(res.Executors, e)
+		}
+	}
 	sort.Slice(res.Executors, func(a, b int) bool { return res.Executors[a].ID < res.Executors[b].ID })
 	mc.WriteResult(ctx, m.ID, res)
 }
@@ -1096,6 +1277,13 @@ func (s *Server) Drain(ctx context.Context) error {
 	}
 	s.mu.Unlock()
 	s.log.Info("relay draining", zap.Int("executors", len(execs)))
+	// A cluster's member leaves the member list first, so the executors it
+	// sends away are pointed at the other members, and peers stop
+	// forwarding to it (they refuse while draining, the next holder takes
+	// the client).
+	if s.cluster != nil {
+		s.cluster.leave()
+	}
 	var wg sync.WaitGroup
 	for _, j := range execs {
 		wg.Add(1)
@@ -1133,6 +1321,17 @@ type Stats struct {
 	RevokedSessions  uint64 // joined sessions closed because their key was revoked, since start
 	IdleDataConns    int    // data connections waiting for a client now (relay/data)
 	DataSplices      uint64 // clients spliced to a data connection (raw, no mux), since start
+
+	// A cluster's member only:
+	Clustered        bool   // a member of a cluster
+	Attached         bool   // holding its etcd lease (Ready)
+	ClusterMembers   int    // live members, by the watched member list
+	ClusterExecutors int    // executors joined anywhere in the cluster
+	PeerLinks        int    // links from this relay to peers, up now
+	Forwarded        uint64 // clients forwarded to a peer, since start
+	ForwardFailures  uint64 // clients no holding peer took, since start
+	PresenceWrites   uint64 // presence puts and deletes written to etcd, since start
+	PresenceTxns     uint64 // the etcd transactions that wrote them
 }
 
 // Stats returns the relay's current state.
@@ -1153,6 +1352,24 @@ func (s *Server) Stats() Stats {
 	st.DataSplices = s.dataSplices.Load()
 	for _, j := range s.executors {
 		st.IdleDataConns += len(j.idle)
+	}
+	if c := s.cluster; c != nil {
+		st.Clustered = true
+		st.Attached = c.ready() == nil
+		st.Forwarded, st.ForwardFailures = c.forwarded.Load(), c.forwardFail.Load()
+		st.PresenceWrites, st.PresenceTxns = c.presenceOps.Load(), c.presenceTxn.Load()
+		c.mu.Lock()
+		st.ClusterMembers, st.ClusterExecutors = len(c.members), len(c.presence)
+		for _, l := range c.peers {
+			select {
+			case <-l.ready:
+				if l.err == nil {
+					st.PeerLinks++
+				}
+			default:
+			}
+		}
+		c.mu.Unlock()
 	}
 	for _, f := range s.failures {
 		if f.n >= s.cfg.MaxFailedHandshakes && time.Since(f.since) <= s.cfg.FailureWindow {

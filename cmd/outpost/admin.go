@@ -2,8 +2,10 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
+	"net/http"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -86,12 +88,49 @@ func startRelayAdmin(addr string, srv *relay.Server, stderr io.Writer) (stopping
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "outpost_relay_revoked_sessions_total", Help: "Joined executor sessions closed because their key was revoked."},
 			func() float64 { return float64(srv.Stats().RevokedSessions) }),
 	)
-	s, err := admin.Listen(addr, reg)
+	if srv.Stats().Clustered {
+		reg.MustRegister(
+			gauge("outpost_relay_cluster_attached", "1 while the relay holds its etcd lease (a member of its cluster), 0 while detached.", func(s relay.Stats) float64 { return b2f(s.Attached) }),
+			gauge("outpost_relay_cluster_members", "Live relays of the cluster, by the watched member list.", func(s relay.Stats) float64 { return float64(s.ClusterMembers) }),
+			gauge("outpost_relay_cluster_executors", "Executors joined anywhere in the cluster, by the watched presence.", func(s relay.Stats) float64 { return float64(s.ClusterExecutors) }),
+			gauge("outpost_relay_peer_links", "Links from this relay to its peers, up now.", func(s relay.Stats) float64 { return float64(s.PeerLinks) }),
+			prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "outpost_relay_forwarded_total", Help: "Clients forwarded one hop to the peer relay holding their executor."},
+				func() float64 { return float64(srv.Stats().Forwarded) }),
+			prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "outpost_relay_forward_failures_total", Help: "Clients whose executor's holding peers all failed to take them."},
+				func() float64 { return float64(srv.Stats().ForwardFailures) }),
+			prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "outpost_relay_presence_writes_total", Help: "Executor presence puts and deletes written to etcd."},
+				func() float64 { return float64(srv.Stats().PresenceWrites) }),
+		)
+	}
+	peers := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		ps := srv.Peers()
+		if ps == nil {
+			ps = []relay.PeerStatus{}
+		}
+		json.NewEncoder(w).Encode(map[string]any{"ready": errText(srv.Ready()), "peers": ps})
+	})
+	s, err := admin.ListenWith(addr, reg, admin.Options{Ready: srv.Ready, Handlers: map[string]http.Handler{"/peers": peers}})
 	if err != nil {
 		return nil, nil, fmt.Errorf("--admin-listen: %w", err)
 	}
 	fmt.Fprintf(stderr, "admin: http://%s/metrics\n", s.Addr())
 	return s.Stopping, func() { s.Stopping(); s.Close() }, nil
+}
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// errText is "ok", or err's text.
+func errText(err error) string {
+	if err != nil {
+		return err.Error()
+	}
+	return "ok"
 }
 
 // flushSpans exports the spans still queued, for at most 5 s.

@@ -24,6 +24,20 @@ type Server struct {
 // Listen serves reg's metrics (plus Go runtime and process metrics) on
 // addr (HOST:PORT).
 func Listen(addr string, reg *prometheus.Registry) (*Server, error) {
+	return ListenWith(addr, reg, Options{})
+}
+
+// Options add to what Listen serves.
+type Options struct {
+	// Ready, when set, is asked by /readyz: an error answers 503 with its
+	// text (a relay that has lost its cluster's etcd, say).
+	Ready func() error
+	// Handlers are served beside the others (path → handler).
+	Handlers map[string]http.Handler
+}
+
+// ListenWith is Listen with Options.
+func ListenWith(addr string, reg *prometheus.Registry, o Options) (*Server, error) {
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
@@ -38,8 +52,17 @@ func Listen(addr string, reg *prometheus.Registry) (*Server, error) {
 			http.Error(w, "shutting down", http.StatusServiceUnavailable)
 			return
 		}
+		if o.Ready != nil {
+			if err := o.Ready(); err != nil {
+				http.Error(w, err.Error(), http.StatusServiceUnavailable)
+				return
+			}
+		}
 		w.Write([]byte("ok\n"))
 	})
+	for path, h := range o.Handlers {
+		mux.Handle(path, h)
+	}
 	s.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	go s.srv.Serve(ln)
 	return s, nil

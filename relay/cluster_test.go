@@ -1,0 +1,226 @@
+package relay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap/zaptest"
+
+	"github.com/outpost-exec/outpost/client"
+	"github.com/outpost-exec/outpost/executor"
+	"github.com/outpost-exec/outpost/identity"
+	"github.com/outpost-exec/outpost/internal/etcdtest"
+	"github.com/outpost-exec/outpost/protocol"
+	"github.com/outpost-exec/outpost/relay/relayclient"
+)
+
+// testCluster is n relays of one cluster on a real etcd, sharing a key
+// and a token store.
+type testCluster struct {
+	etcd   *etcdtest.Cluster
+	relays []*testRelay
+	prefix string
+}
+
+// freeAddr picks a loopback address to listen on (a relay advertises its
+// address before it listens).
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// joinOne joins an executor to relayURL with one relay connection, so it
+// is joined to that relay alone.
+func joinOne(t *testing.T, relayURL, id, token string, k identity.Key, dataConns int) *testExecutor {
+	t.Helper()
+	e := startJoined(t, k, executor.JoinConfig{RelayURL: relayURL, ID: id, Token: token, DataConns: dataConns, RelayConnections: 1})
+	e.waitJoined(t)
+	return e
+}
+
+func startCluster(t *testing.T, n int) *testCluster {
+	t.Helper()
+	etcd := etcdtest.Start(t, 1)
+	tc := &testCluster{etcd: etcd, prefix: "/outpost-test"}
+	tokens, err := OpenStore(filepath.Join(t.TempDir(), "relay.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := key(t)
+	for i := range n {
+		tc.relays = append(tc.relays, tc.startRelay(t, fmt.Sprintf("r%d", i+1), k, tokens))
+	}
+	tc.waitMembers(t, n)
+	return tc
+}
+
+func (tc *testCluster) startRelay(t *testing.T, id string, k identity.Key, tokens *Store) *testRelay {
+	t.Helper()
+	addr := freeAddr(t)
+	cli := tc.etcd.Client(t)
+	srv, err := NewServer(Config{Key: k.Keypair(), Tokens: tokens, Logger: zaptest.NewLogger(t).Named(id),
+		Cluster: &ClusterConfig{Client: cli, Prefix: tc.prefix, RelayID: id, Advertise: addr, LeaseTTL: 2 * time.Second}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := srv.Listen(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &testRelay{srv: srv, ln: ln, key: k, tokens: tokens, addr: ln.Addr().String()}
+	t.Cleanup(func() { ln.Close(); srv.Close() })
+	return r
+}
+
+// waitMembers waits until every relay sees n members.
+func (tc *testCluster) waitMembers(t *testing.T, n int) {
+	t.Helper()
+	waitFor(t, testTimeout, fmt.Sprintf("%d members", n), func() bool {
+		for _, r := range tc.relays {
+			if r.srv.Stats().ClusterMembers != n {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+func TestClientReachesAnExecutorJoinedToAnotherRelayThroughOneHop(t *testing.T) {
+	tc := startCluster(t, 3)
+	r1, r2, r3 := tc.relays[0], tc.relays[1], tc.relays[2]
+	e := joinOne(t, r1.url(), "build-1", r1.token(t, TokenJoin, CreateOptions{Uses: 1}), key(t), 2)
+	tok := r1.token(t, TokenClient, CreateOptions{Executors: "*"})
+	waitFor(t, testTimeout, "presence at r2", func() bool { return r2.srv.Stats().ClusterExecutors == 1 })
+
+	// The mux path (no pinned key) and the raw path (pinned) through r2.
+	for _, cfg := range []client.Config{{}, pinned(e)} {
+		env, err := dialVia(t, r2, "build-1", tok, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out, err := client.Command(env, "/bin/sh", "-c", "echo forwarded; head -c 300000 /dev/zero | tr '\\0' x").Output()
+		if err != nil || !strings.HasPrefix(string(out), "forwarded\n") || len(out) != len("forwarded\n")+300000 {
+			t.Fatalf("%d bytes %q… %v", len(out), out[:min(len(out), 20)], err)
+		}
+		env.Close()
+	}
+	if st := r2.srv.Stats(); st.Forwarded != 2 || st.PeerLinks != 1 {
+		t.Fatalf("r2 stats %+v", st)
+	}
+	// One link, reused: the second forward did not dial again.
+	if ps := r2.srv.Peers(); len(ps) != 2 || !ps[0].Linked || ps[0].ID != "r1" || ps[0].Forwards != 2 || ps[1].Linked {
+		t.Fatalf("r2 peers %+v", ps)
+	}
+
+	// Every relay lists the executor, with the relay it is joined to.
+	for _, r := range []*testRelay{r1, r2, r3} {
+		rc := rawControl(t, r)
+		list, err := rc.Executors(ctxT(t), tok)
+		if err != nil || len(list) != 1 || list[0].ID != "build-1" || !slices.Equal(list[0].Relays, []string{"r1"}) || list[0].Fingerprint != e.key.PublicKey().Fingerprint() {
+			t.Fatalf("listing at %s: %+v %v", r.addr, list, err)
+		}
+	}
+}
+
+func TestJoinAnswerNamesTheClusterMembers(t *testing.T) {
+	tc := startCluster(t, 3)
+	r2 := tc.relays[1]
+	rc := rawControl(t, r2)
+	res, err := rc.Join(ctxT(t), protocol.RelayJoinParams{ExecutorID: "x", Token: r2.token(t, TokenJoin, CreateOptions{})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Cluster == nil || res.Cluster.Relay != "r2" || len(res.Cluster.Members) != 3 {
+		t.Fatalf("join answer %+v", res.Cluster)
+	}
+	for i, m := range res.Cluster.Members {
+		if m.ID != fmt.Sprintf("r%d", i+1) || m.Addr != tc.relays[i].addr {
+			t.Fatalf("member %d: %+v", i, m)
+		}
+	}
+}
+
+func TestPeerLinksNeedTheClusterKeyAndMembership(t *testing.T) {
+	tc := startCluster(t, 2)
+	r1 := tc.relays[0]
+	// Any other key: refused.
+	rc, err := relayclient.Dial(ctxT(t), r1.url(), key(t).Keypair(), relayclient.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rc.Close()
+	err = rc.Call(ctxT(t), protocol.MethodRelayPeer, protocol.RelayPeerParams{Relay: "r2"}, nil)
+	if protocol.KindOf(err) != protocol.KindRefused {
+		t.Fatalf("a stranger's relay/peer: %v", err)
+	}
+	// The cluster key naming a relay that is not a member: refused.
+	rc2, err := relayclient.Dial(ctxT(t), r1.url(), r1.key.Keypair(), relayclient.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rc2.Close()
+	err = rc2.Call(ctxT(t), protocol.MethodRelayPeer, protocol.RelayPeerParams{Relay: "r9"}, nil)
+	if protocol.KindOf(err) != protocol.KindRefused {
+		t.Fatalf("a non-member's relay/peer: %v", err)
+	}
+	// And relay/forward is only ever served on a peer link.
+	if _, _, err := rc.Forward(ctxT(t), protocol.RelayForwardParams{ExecutorID: "x"}); err == nil {
+		t.Fatal("relay/forward outside a peer link was served")
+	}
+}
+
+func TestAClosedRelaysExecutorsLeaveThePresenceAtOnce(t *testing.T) {
+	tc := startCluster(t, 2)
+	r1, r2 := tc.relays[0], tc.relays[1]
+	joinOne(t, r1.url(), "e1", r1.token(t, TokenJoin, CreateOptions{}), key(t), 0)
+	waitFor(t, testTimeout, "presence at r2", func() bool { return r2.srv.Stats().ClusterExecutors == 1 })
+	r1.ln.Close()
+	r1.srv.Close()
+	waitFor(t, testTimeout, "presence gone", func() bool { st := r2.srv.Stats(); return st.ClusterExecutors == 0 && st.ClusterMembers == 1 })
+	_, err := dialVia(t, r2, "e1", r2.token(t, TokenClient, CreateOptions{Executors: "*"}), client.Config{})
+	if protocol.KindOf(err) != protocol.KindUnavailable {
+		t.Fatalf("connect to an offline executor: %v (kind %q)", err, protocol.KindOf(err))
+	}
+}
+
+func TestLosingEtcdDetachesTheRelayButKeepsItsStreams(t *testing.T) {
+	tc := startCluster(t, 1)
+	r1 := tc.relays[0]
+	joinOne(t, r1.url(), "e1", r1.token(t, TokenJoin, CreateOptions{}), key(t), 0)
+	env, err := dialVia(t, r1, "e1", r1.token(t, TokenClient, CreateOptions{Executors: "*"}), client.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r1.srv.Ready(); err != nil {
+		t.Fatalf("ready: %v", err)
+	}
+	tc.etcd.Kill(0)
+	waitFor(t, testTimeout, "detached", func() bool { return errors.Is(r1.srv.Ready(), ErrDetached) })
+	out, err := client.Command(env, "/bin/echo", "still here").Output()
+	if err != nil || string(out) != "still here\n" {
+		t.Fatalf("%q %v", out, err)
+	}
+	tc.etcd.Restart(0)
+	waitFor(t, testTimeout, "attached again", func() bool { return r1.srv.Ready() == nil })
+	// Its presence is written again under the new lease.
+	cli := tc.etcd.Client(t)
+	waitFor(t, testTimeout, "presence rewritten", func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		resp, err := cli.Get(ctx, tc.prefix+"/presence/e1/r1", clientv3.WithKeysOnly())
+		return err == nil && len(resp.Kvs) == 1
+	})
+}
