@@ -40,7 +40,9 @@ type JoinConfig struct {
 	// Mux configures the multiplexer with the relay and inside every relayed client
 	// stream (default transport.DefaultMuxConfig()).
 	Mux transport.MuxConfig
-	// Joined, if set, is called after each successful join.
+	// Joined, if set, is called after each successful join — of every
+	// session, so concurrently when several relays of a cluster are
+	// joined (RelayConnections).
 	Joined func()
 
 	// Handshake limits of relayed clients, as in NativeConfig and with its
@@ -63,6 +65,17 @@ type JoinConfig struct {
 	// replaced in the background. With none idle, or a relay that predates
 	// them, clients come on streams as before.
 	DataConns int
+
+	// RelayConnections is how many sessions the executor keeps, each on
+	// another relay of a cluster (0..MaxRelayConnections, 8; 0:
+	// automatic — one with a single relay, DefaultClusterRelayConnections,
+	// 2, once the relay's join answer names a cluster). A relay takes one
+	// session per executor id, so they go to distinct relays, at most one
+	// per member the cluster names; a single relay gets one whatever the
+	// count. Members are dialled at their outpost:// addresses: with an
+	// outpost+ws:// RelayURL the automatic count stays one session, on
+	// that URL.
+	RelayConnections int
 }
 
 // Bounds of JoinConfig.DataConns.
@@ -129,6 +142,8 @@ func (c JoinConfig) Validate() error {
 		return errors.New("executor: JoinConfig.FirstByteTimeout must be positive")
 	case c.DataConns > MaxDataConns:
 		return fmt.Errorf("executor: JoinConfig.DataConns must be at most %d", MaxDataConns)
+	case c.RelayConnections < 0 || c.RelayConnections > MaxRelayConnections:
+		return fmt.Errorf("executor: JoinConfig.RelayConnections must be 0 (automatic) to %d", MaxRelayConnections)
 	}
 	return nil
 }
@@ -179,6 +194,20 @@ var errRelayDraining = errors.New("the relay is draining")
 // open on the old one until the relay closes it. At most one such old
 // session is kept: a second notice closes the first.
 //
+// When the relay's answer names a cluster, Join keeps up to
+// cfg.RelayConnections sessions ("slots"; automatic: 2), each on a
+// distinct member and each as above — its own backoff, drain handling and
+// data connections, all to its own member. Once members are known every
+// slot dials a member's address (with the configured URL's fingerprint),
+// not the configured URL, which a load balancer could land on a relay
+// another slot holds; a slot whose session ends, or whose relay drains,
+// moves to a member no other slot holds, another than the one it left
+// when there is a choice. The members are refreshed from every answer;
+// with fewer members than slots, the surplus slots end. Only when no slot
+// is joined and every known member failed does a slot try the configured
+// URL again (the cluster may have moved to new addresses). A refusal that
+// ends Join on one slot ends every slot.
+//
 // cfg is validated first, its zero fields filled from DefaultJoinConfig.
 func (s *Server) Join(ctx context.Context, cfg JoinConfig) error {
 	cfg = cfg.withDefaults()
@@ -189,81 +218,23 @@ func (s *Server) Join(ctx context.Context, cfg JoinConfig) error {
 	if err != nil {
 		return err
 	}
-	addr := u.Addr
 	// One responder for every session: relayed clients take the native
 	// path, each session one address that is never refused.
 	resp, err := s.newResponder(cfg.native(), false)
 	if err != nil {
 		return err
 	}
-	bo := backoff.Backoff{Initial: 100 * time.Millisecond, Max: 30 * time.Second}
-	var draining *relayclient.Conn // the old session of the last reconnect notice
-	defer func() {
-		if draining != nil {
-			draining.Close()
-		}
-	}()
-	for session := 1; ; session++ {
-		joinedAt, old, err := s.joinOnce(ctx, resp, fmt.Sprintf("relay %s session %d", addr, session), cfg)
-		if errors.Is(err, ErrJoinRefused) {
-			if errors.Is(err, ErrKeyRevoked) {
-				s.log.Error("the relay has revoked this executor's key: it can never join again; remove executor.key (a new key is made) and join with a new join token",
-					zap.String("executor", cfg.ID), zap.String("relay", addr), zap.Error(err))
-			}
-			return err
-		}
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		// The relay holds another key than the URL names: a mistyped or
-		// stale fingerprint, or not our relay. Retrying cannot help, and
-		// an executor must not keep knocking at an impostor: end, saying
-		// which key the relay presented.
-		if km := (*relayclient.KeyMismatchError)(nil); errors.As(err, &km) {
-			s.log.Error("the relay's key is not the one its URL names; not joining", zap.String("relay", addr),
-				zap.String("named", km.Named.Fingerprint()), zap.String("presented", km.Presented.Fingerprint()))
-			return err
-		}
-		if old != nil {
-			if draining != nil {
-				draining.Close()
-			}
-			draining = old
-			bo.Reset()
-			s.log.Info("relay asked to reconnect; open client connections stay on the old session", zap.String("relay", addr))
-			// Up to 250 ms, so a relay's executors do not all arrive at once.
-			spread := backoff.Backoff{Initial: 250 * time.Millisecond, Max: 250 * time.Millisecond}
-			if err := spread.Wait(ctx); err != nil {
-				return err
-			}
-			continue
-		}
-		if !joinedAt.IsZero() && time.Since(joinedAt) > time.Minute {
-			bo.Reset() // it was a healthy connection
-		}
-		switch {
-		case errors.Is(err, ErrAlreadyJoined):
-			s.log.Warn(fmt.Sprintf("executor id %s is already joined from another connection with this key — if this is not you, your executor.key is stolen: run `outpost executors revoke %s` on the relay", cfg.ID, cfg.ID),
-				zap.String("executor", cfg.ID), zap.String("relay", addr), zap.Duration("backoff", bo.Ceiling()))
-		case protocol.KindOf(err) != "":
-			s.log.Warn("the relay cannot take this executor now; retrying", zap.String("relay", addr), zap.Error(err), zap.Duration("backoff", bo.Ceiling()))
-		case joinedAt.IsZero() && errors.Is(err, transport.ErrHandshakeRefused):
-			s.log.Warn("the relay refused the handshake; retrying", zap.String("relay", addr), zap.Error(err), zap.Duration("backoff", bo.Ceiling()))
-		default:
-			s.log.Info("relay connection ended; reconnecting", zap.Error(err), zap.Duration("backoff", bo.Ceiling()))
-		}
-		if err := bo.Wait(ctx); err != nil {
-			return err
-		}
-	}
+	return newRoster(s, resp, cfg, u).run(ctx)
 }
 
 // joinOnce joins once (a relayclient connection and relay/join) and
 // serves until the session ends; bucket is the address its clients count
-// against in resp's gate. When the relay asks for a reconnect it returns
-// at once with the still-serving session (old), whose clients keep
-// running until the relay or the caller closes it.
-func (s *Server) joinOnce(ctx context.Context, resp *responder, bucket string, cfg JoinConfig) (joinedAt time.Time, old *relayclient.Conn, err error) {
+// against in resp's gate. onJoin, called with the relay's answer once
+// joined, returns log fields naming the session (none for a single
+// relay). When the relay asks for a reconnect it returns at once with the
+// still-serving session (old), whose clients keep running until the relay
+// or the caller closes it.
+func (s *Server) joinOnce(ctx context.Context, resp *responder, bucket string, cfg JoinConfig, onJoin func(protocol.RelayJoinResult) []zap.Field) (joinedAt time.Time, old *relayclient.Conn, err error) {
 	rc, err := relayclient.Dial(ctx, cfg.RelayURL, cfg.Key, relayclient.Options{Mux: cfg.Mux})
 	if err != nil {
 		return time.Time{}, nil, err
@@ -276,7 +247,7 @@ func (s *Server) joinOnce(ctx context.Context, resp *responder, bucket string, c
 			rc.Close()
 		}
 	}()
-	_, err = rc.Join(ctx, protocol.RelayJoinParams{ExecutorID: cfg.ID, Token: cfg.Token, Labels: cfg.Labels, Version: cfg.Version})
+	res, err := rc.Join(ctx, protocol.RelayJoinParams{ExecutorID: cfg.ID, Token: cfg.Token, Labels: cfg.Labels, Version: cfg.Version})
 	if refusal := (*protocol.Error)(nil); errors.As(err, &refusal) {
 		return time.Time{}, nil, joinError(refusal)
 	}
@@ -284,7 +255,7 @@ func (s *Server) joinOnce(ctx context.Context, resp *responder, bucket string, c
 		return time.Time{}, nil, err
 	}
 	joinedAt = time.Now()
-	s.log.Info("joined the relay", zap.String("relay", rc.Addr()), zap.String("executor", cfg.ID))
+	s.log.Info("joined the relay", append([]zap.Field{zap.String("relay", rc.Addr()), zap.String("executor", cfg.ID)}, onJoin(res)...)...)
 	if cfg.Joined != nil {
 		cfg.Joined()
 	}
