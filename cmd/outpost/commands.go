@@ -53,6 +53,7 @@ func commandTable() []command {
 		{path: "executor join", operands: "[flags]", summary: "join a relay (--relay URL --token T --id NAME) and serve its clients", run: cmdExecutorJoin},
 		{path: "relay serve", operands: "[flags]", summary: "run a relay (--listen tcp://HOST:PORT --state-dir DIR --advertise HOST:PORT)", run: cmdRelayServe},
 		{path: "relay init", operands: "[flags]", summary: "before a relay's first start: create its key and print its URL (--advertise HOST:PORT)", run: cmdRelayInit},
+		{path: "relay migrate", operands: "[flags]", summary: "copy the relay's token store (relay.db) into etcd for a relay cluster (--to etcd://HOST:PORT/PREFIX)", run: cmdRelayMigrate},
 		{path: "token create", operands: "[flags]", summary: "create a join token (--join) or a client token (--client); the secret is printed once", run: token("create")},
 		{path: "token ls", operands: "[flags]", summary: "list the relay's tokens with their state, uses and scope", run: token("ls")},
 		{path: "token revoke", operands: "[flags] ID", summary: "revoke a token", run: token("revoke")},

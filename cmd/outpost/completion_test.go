@@ -71,7 +71,7 @@ func TestBashCompletionCompletesCommandsFlagsAndValues(t *testing.T) {
 	}{
 		{[]string{"outpost", "ex"}, []string{"exec", "executor", "executors"}},
 		{[]string{"outpost", "executor", "j"}, []string{"join"}},
-		{[]string{"outpost", "relay", ""}, []string{"init", "serve"}},
+		{[]string{"outpost", "relay", ""}, []string{"init", "migrate", "serve"}},
 		{[]string{"outpost", "token", "r"}, []string{"revoke"}},
 		{[]string{"outpost", "exec", "--sa"}, []string{"--sandbox"}},
 		{[]string{"outpost", "exec", "-sa"}, nil}, // offered as --name; -name still parses

@@ -130,6 +130,8 @@ func manPage(cmds []commandInfo) string {
 		{"OUTPOST_TARGET, OUTPOST_RELAY, OUTPOST_EXECUTOR, OUTPOST_TOKEN", "Where exec, cp and bridge go when --target, --relay, --executor or --token is not given (executors ls reads the relay and token too)."},
 		{"OUTPOST_JOIN_TOKEN", "The join token of executor join when --token is not given."},
 		{"OUTPOST_CONNECTION_TOKEN", "Gates the ws:// front of executor serve and bridge: clients send Authorization: Bearer <token>."},
+		{"OUTPOST_RELAY_STORE", "The relay's token store when --store is not given (relay serve, token, executors revoke): etcd://HOST:PORT,.../PREFIX for a relay cluster; empty for relay.db in --state-dir."},
+		{"OUTPOST_ETCD_PASSWORD", "The etcd password of --etcd-user NAME when it gives none (never printed)."},
 	} {
 		line(".TP")
 		line(".B %s", roff(e[0]))

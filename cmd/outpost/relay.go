@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -21,6 +22,7 @@ import (
 	"github.com/outpost-exec/outpost/client"
 	"github.com/outpost-exec/outpost/executor"
 	"github.com/outpost-exec/outpost/identity"
+	"github.com/outpost-exec/outpost/protocol"
 	"github.com/outpost-exec/outpost/relay"
 	"github.com/outpost-exec/outpost/transport"
 )
@@ -37,17 +39,18 @@ func (l labelFlags) Set(v string) error {
 	return nil
 }
 
-// tokenStore opens the relay's token database, creating the state
-// directory and the database (relay serve, token create).
-func tokenStore(stateDir string) (*relay.Store, error) {
-	return relay.OpenStore(filepath.Join(stateDir, "relay.db"))
+// tokenStore opens the relay's token store — the one sf chooses (see
+// relay_store.go); relay.db in stateDir when sf is nil or says nothing —
+// creating a missing one (relay serve, token create). done closes it.
+func tokenStore(stateDir string, sf *relayStoreFlags) (store *relay.Store, done func(), err error) {
+	return openTokenStore(stateDir, sf, true)
 }
 
-// existingTokenStore opens the relay's token database for the commands
+// existingTokenStore opens the relay's token store for the commands
 // that read or amend it (token ls and revoke, executors revoke): a missing
-// state directory or database is an error, never created.
-func existingTokenStore(stateDir string) (*relay.Store, error) {
-	return relay.OpenExistingStore(filepath.Join(stateDir, "relay.db"))
+// state directory, database or etcd store is an error, never created.
+func existingTokenStore(stateDir string, sf *relayStoreFlags) (store *relay.Store, done func(), err error) {
+	return openTokenStore(stateDir, sf, false)
 }
 
 // formatKV prints labels as k=v,k=v sorted by key, or "-" when empty.
@@ -115,7 +118,7 @@ func cmdRelayInit(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "outpost:", err)
 		return 1
 	}
-	if _, err := tokenStore(*stateDir); err != nil {
+	if _, _, err := tokenStore(*stateDir, nil); err != nil { // relay.db: nothing to close
 		fmt.Fprintln(stderr, "outpost:", err)
 		return 1
 	}
@@ -189,7 +192,10 @@ func cmdRelayServe(args []string, stdout, stderr io.Writer) int {
 	listen := fs.String("listen", "tcp://0.0.0.0:7443", "listen URL tcp://HOST:PORT")
 	wsListen := fs.String("ws-listen", "", "also serve the relay over WebSocket: ws://HOST:PORT (for networks that pass only HTTP)")
 	stateDir := fs.String("state-dir", identity.DefaultStateDir(), "directory for the relay's key and token database")
-	adminListen := fs.String("admin-listen", "", "serve /metrics, /livez and /readyz on HOST:PORT (off when empty)")
+	storeFlags := addRelayStoreFlags(fs)
+	var cf clusterFlags
+	cf.register(fs)
+	adminListen := fs.String("admin-listen", "", "serve /metrics, /livez, /readyz and /peers on HOST:PORT (off when empty)")
 	handshakeTimeout := fs.Duration("handshake-timeout", transport.DefaultHandshakeTimeout, "how long a connection may take to finish its Noise handshake and send its first request")
 	maxFailed := fs.Int("max-failed-handshakes", 20, "failed handshakes from one address within a minute before the relay refuses it for the rest of that minute")
 	drainTimeout := fs.Duration("drain-timeout", 30*time.Second, "on SIGTERM, how long open client streams may run on before they are cut (executors are told to reconnect at once)")
@@ -232,16 +238,31 @@ func cmdRelayServe(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "outpost:", err)
 		return 1
 	}
-	tokens, err := tokenStore(*stateDir)
+	// etcdClient (nil on bbolt) is the store's etcd client, shared by the
+	// cluster code; closed after the store, when serve returns.
+	tokens, etcdClient, err := openRelayStore(*stateDir, storeFlags, true)
 	if err != nil {
 		fmt.Fprintln(stderr, "outpost:", err)
 		return 1
 	}
-	srv, err := relay.NewServer(relay.Config{Key: key.Keypair(), Tokens: tokens, Logger: log, HandshakeTimeout: *handshakeTimeout, MaxFailedHandshakes: *maxFailed})
+	defer closeRelayStore(tokens, etcdClient)
+	// An etcd store makes the relay a member of the cluster on that etcd.
+	var cluster *relay.ClusterConfig
+	if etcdClient != nil {
+		so, _, _ := storeFlags.options()
+		if cluster, err = cf.config(etcdClient, so.Prefix, lu.Addr, *advertise); err != nil {
+			fmt.Fprintln(stderr, "outpost:", err)
+			return exitUsage
+		}
+	}
+	srv, err := relay.NewServer(relay.Config{Key: key.Keypair(), Tokens: tokens, Logger: log, HandshakeTimeout: *handshakeTimeout, MaxFailedHandshakes: *maxFailed, Cluster: cluster})
 	if err != nil {
 		fmt.Fprintln(stderr, "outpost:", err)
 		return 1
 	}
+	// Leaving the cluster takes this relay's member entry and its
+	// executors' presence out of etcd at once (before the store closes).
+	defer srv.Close()
 	adminStopping, stopAdmin, err := startRelayAdmin(*adminListen, srv, stderr)
 	if err != nil {
 		fmt.Fprintln(stderr, "outpost:", err)
@@ -322,6 +343,7 @@ func cmdToken(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("outpost token "+args[0], flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	stateDir := fs.String("state-dir", identity.DefaultStateDir(), "the relay's state directory")
+	storeFlags := addRelayStoreFlags(fs)
 	switch args[0] {
 	case "create":
 		join := fs.Bool("join", false, "a join token (for executor join)")
@@ -342,11 +364,12 @@ func cmdToken(args []string, stdout, stderr io.Writer) int {
 		if *join {
 			kind = relay.TokenJoin
 		}
-		store, err := tokenStore(*stateDir)
+		store, done, err := tokenStore(*stateDir, storeFlags)
 		if err != nil {
 			fmt.Fprintln(stderr, "outpost:", err)
 			return 1
 		}
+		defer done()
 		secret, tok, err := store.Create(kind, relay.CreateOptions{TTL: *ttl, Uses: *uses, Labels: labels, Executors: *executors})
 		if err != nil {
 			fmt.Fprintln(stderr, "outpost:", err)
@@ -359,11 +382,12 @@ func cmdToken(args []string, stdout, stderr io.Writer) int {
 		if code, ok := parseArgs(fs, args[1:], stdout); !ok {
 			return code
 		}
-		store, err := existingTokenStore(*stateDir)
+		store, done, err := existingTokenStore(*stateDir, storeFlags)
 		if err != nil {
 			fmt.Fprintln(stderr, "outpost:", err)
 			return 1
 		}
+		defer done()
 		toks, err := store.List()
 		if err != nil {
 			fmt.Fprintln(stderr, "outpost:", err)
@@ -401,11 +425,12 @@ func cmdToken(args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintln(stderr, "usage: outpost token revoke [--state-dir DIR] ID")
 			return exitUsage
 		}
-		store, err := existingTokenStore(*stateDir)
+		store, done, err := existingTokenStore(*stateDir, storeFlags)
 		if err != nil {
 			fmt.Fprintln(stderr, "outpost:", err)
 			return 1
 		}
+		defer done()
 		if err := store.Revoke(fs.Arg(0)); err != nil {
 			fmt.Fprintln(stderr, "outpost:", err)
 			return 1
@@ -435,6 +460,7 @@ func cmdExecutorJoin(args []string, stdout, stderr io.Writer) int {
 	firstByteTimeout := fs.Duration("first-byte-timeout", executor.DefaultFirstByteTimeout, "how long a relayed client's stream may stay silent before its handshake starts")
 	maxHandshakes := fs.Int("max-handshakes", executor.DefaultMaxHandshakes, "relayed clients still in their handshake, in all (the oldest idle ones make room)")
 	maxPerSession := fs.Int("max-handshakes-per-session", executor.DefaultMaxHandshakesPerAddress, "relayed clients still in their handshake per relay session (every relayed client arrives from the relay)")
+	relayConns := fs.Int("relay-connections", 0, fmt.Sprintf("relay sessions to keep, each on another relay of a cluster: 1 to %d, or 0 for automatic (default 2 when the relay is a cluster, 1 otherwise)", executor.MaxRelayConnections))
 	cfg, backend := executorLimitFlags(fs)
 	var lf logFlags
 	lf.register(fs)
@@ -443,6 +469,10 @@ func cmdExecutorJoin(args []string, stdout, stderr io.Writer) int {
 	}
 	if *relayURL == "" {
 		fmt.Fprintln(stderr, "outpost executor join: --relay is required")
+		return exitUsage
+	}
+	if *relayConns < 0 || *relayConns > executor.MaxRelayConnections {
+		fmt.Fprintf(stderr, "outpost executor join: --relay-connections must be 0 (automatic) to %d\n", executor.MaxRelayConnections)
 		return exitUsage
 	}
 	if *token == "" {
@@ -481,7 +511,8 @@ func cmdExecutorJoin(args []string, stdout, stderr io.Writer) int {
 	}
 	warmSandbox(log, backend, srv)
 	joinCfg := executor.JoinConfig{RelayURL: *relayURL, Key: key.Keypair(), ID: *id, Token: *token, Labels: labels, Version: version,
-		HandshakeTimeout: *handshakeTimeout, FirstByteTimeout: *firstByteTimeout, MaxHandshakes: *maxHandshakes, MaxHandshakesPerAddress: *maxPerSession}
+		HandshakeTimeout: *handshakeTimeout, FirstByteTimeout: *firstByteTimeout, MaxHandshakes: *maxHandshakes, MaxHandshakesPerAddress: *maxPerSession,
+		RelayConnections: *relayConns}
 	if *authorized != "" {
 		allow, err := identity.LoadAllowList(*authorized)
 		if err != nil {
@@ -550,9 +581,19 @@ func cmdExecutorsLs(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "outpost:", err)
 		return dialExit(err)
 	}
+	// A cluster says which of its relays each executor is joined to.
+	clustered := slices.ContainsFunc(list, func(e protocol.RelayExecutor) bool { return len(e.Relays) > 0 })
 	w := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(w, "ID\tFINGERPRINT\tCONNECTED SINCE\tVERSION\tLABELS")
+	if clustered {
+		fmt.Fprintln(w, "ID\tFINGERPRINT\tCONNECTED SINCE\tVERSION\tRELAYS\tLABELS")
+	} else {
+		fmt.Fprintln(w, "ID\tFINGERPRINT\tCONNECTED SINCE\tVERSION\tLABELS")
+	}
 	for _, e := range list {
+		if clustered {
+			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%v\n", e.ID, e.Fingerprint, time.UnixMilli(e.ConnectedSince).Format(time.RFC3339), e.Version, strings.Join(e.Relays, ","), e.Labels)
+			continue
+		}
 		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%v\n", e.ID, e.Fingerprint, time.UnixMilli(e.ConnectedSince).Format(time.RFC3339), e.Version, e.Labels)
 	}
 	w.Flush()
@@ -583,6 +624,7 @@ func cmdExecutorsRevoke(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("outpost executors revoke", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	stateDir := fs.String("state-dir", identity.DefaultStateDir(), "the relay's state directory")
+	storeFlags := addRelayStoreFlags(fs)
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), executorsRevokeUsage)
 		fs.PrintDefaults()
@@ -595,11 +637,12 @@ func cmdExecutorsRevoke(args []string, stdout, stderr io.Writer) int {
 		return exitUsage
 	}
 	id := fs.Arg(0)
-	store, err := existingTokenStore(*stateDir)
+	store, done, err := existingTokenStore(*stateDir, storeFlags)
 	if err != nil {
 		fmt.Fprintln(stderr, "outpost:", err)
 		return 1
 	}
+	defer done()
 	rev, err := store.RevokeExecutor(id)
 	if err != nil {
 		fmt.Fprintf(stderr, "outpost executors revoke %s: %v\n", id, err)
