@@ -234,7 +234,7 @@ func (s *Server) Join(ctx context.Context, cfg JoinConfig) error {
 // relay). When the relay asks for a reconnect it returns at once with the
 // still-serving session (old), whose clients keep running until the relay
 // or the caller closes it.
-func (s *Server) joinOnce(ctx context.Context, resp *responder, bucket string, cfg JoinConfig, onJoin func(protocol.RelayJoinResult) []zap.Field) (joinedAt time.Time, old *relayclient.Conn, err error) {
+func (s *Server) joinOnce(ctx context.Context, resp *responder, bucket string, cfg JoinConfig, onJoin func(protocol.RelayJoinResult) []zap.Field, onReconnect func(protocol.RelayReconnectParams)) (joinedAt time.Time, old *relayclient.Conn, err error) {
 	rc, err := relayclient.Dial(ctx, cfg.RelayURL, cfg.Key, relayclient.Options{Mux: cfg.Mux})
 	if err != nil {
 		return time.Time{}, nil, err
@@ -262,9 +262,17 @@ func (s *Server) joinOnce(ctx context.Context, resp *responder, bucket string, c
 	// The join stream stays open; the relay may say relay/reconnect on it.
 	reconnect := make(chan struct{})
 	go func() {
-		if rc.AwaitNotification(ctx, protocol.MethodRelayReconnect) == nil {
-			close(reconnect)
+		m, err := rc.AwaitNotification(ctx, protocol.MethodRelayReconnect)
+		if err != nil {
+			return
 		}
+		// A cluster's draining member names the members left: where
+		// this session goes next.
+		var p protocol.RelayReconnectParams
+		if m.Params != nil && m.Params.Decode(&p) == nil && onReconnect != nil {
+			onReconnect(p)
+		}
+		close(reconnect)
 	}()
 	links := newRelayLinks(rc.Streams())
 	poolCtx, stopPool := context.WithCancel(ctx)

@@ -332,14 +332,7 @@ func (r *roster) joined(slot int, res protocol.RelayJoinResult) ([]zap.Field, st
 		st.target = ""
 		return r.fieldsLocked(slot, id), id
 	}
-	if members := validMembers(res.Cluster.Members, r.fp); len(members) > 0 {
-		r.members = members
-		for k := range r.failed {
-			if !containsMember(members, k) {
-				delete(r.failed, k)
-			}
-		}
-	}
+	r.learnLocked(res.Cluster.Members)
 	first := !r.clustered
 	r.clustered = true
 	if id != "" {
@@ -354,6 +347,32 @@ func (r *roster) joined(slot int, res protocol.RelayJoinResult) ([]zap.Field, st
 	}
 	r.spawnLocked()
 	return r.fieldsLocked(slot, id), id
+}
+
+// learn takes the members a draining relay names in its reconnect
+// notice (it has left them already), so the slot it sends away goes to
+// one of the others, newcomers included.
+func (r *roster) learn(members []protocol.RelayMember) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.wsOnly {
+		return
+	}
+	r.learnLocked(members)
+}
+
+// learnLocked refreshes the members from an answer's list.
+func (r *roster) learnLocked(list []protocol.RelayMember) {
+	members := validMembers(list, r.fp)
+	if len(members) == 0 {
+		return
+	}
+	r.members = members
+	for k := range r.failed {
+		if !containsMember(members, k) {
+			delete(r.failed, k)
+		}
+	}
 }
 
 func containsMember(members []protocol.RelayMember, id string) bool {
@@ -437,6 +456,10 @@ func (r *roster) runSlot(slot int) {
 			fields, id := r.joined(slot, res)
 			relayID = cmp.Or(id, relayID)
 			return fields
+		}, func(p protocol.RelayReconnectParams) {
+			if p.Cluster != nil {
+				r.learn(p.Cluster.Members)
+			}
 		})
 		r.release(slot, !joinedAt.IsZero())
 		left, leftConfigured = relayID, t.configured

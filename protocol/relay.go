@@ -64,6 +64,13 @@ type RelayMember struct {
 	Addr string `json:"addr" msgpack:"addr"`
 }
 
+// RelayReconnectParams are relay/reconnect's: a draining member of a
+// cluster names the members left, so the executor's session moves to one
+// of them (a single relay sends none).
+type RelayReconnectParams struct {
+	Cluster *RelayCluster `json:"cluster,omitempty" msgpack:"cluster,omitempty"`
+}
+
 // MaxRelayMembers bounds the members a join answer lists.
 const MaxRelayMembers = 64
 

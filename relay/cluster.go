@@ -464,7 +464,14 @@ func (c *cluster) info() *protocol.RelayCluster {
 	rc := &protocol.RelayCluster{Relay: c.cfg.RelayID, Members: make([]protocol.RelayMember, 0, len(c.members)+1)}
 	self := false
 	for id, m := range c.members {
-		self = self || id == c.cfg.RelayID
+		if id == c.cfg.RelayID {
+			// A leaving relay is no longer one to go to (its own delete may
+			// not have come back through the watch yet).
+			if c.leaving {
+				continue
+			}
+			self = true
+		}
 		rc.Members = append(rc.Members, protocol.RelayMember{ID: id, Addr: m.Addr})
 	}
 	if !self && !c.leaving {

@@ -1284,13 +1284,17 @@ func (s *Server) Drain(ctx context.Context) error {
 	if s.cluster != nil {
 		s.cluster.leave()
 	}
+	var notice protocol.RelayReconnectParams
+	if s.cluster != nil {
+		notice.Cluster = s.cluster.info()
+	}
 	var wg sync.WaitGroup
 	for _, j := range execs {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			j.ctl.SetWriteDeadline(time.Now().Add(reconnectNoticeTimeout))
-			if err := j.mc.WriteNotification(ctx, protocol.MethodRelayReconnect, protocol.Empty{}); err != nil {
+			if err := j.mc.WriteNotification(ctx, protocol.MethodRelayReconnect, notice); err != nil {
 				s.log.Debug("reconnect notice not sent", zap.String("executor", j.id), zap.Error(err))
 			}
 		}()

@@ -261,10 +261,10 @@ func (c *Conn) Join(ctx context.Context, p protocol.RelayJoinParams) (protocol.R
 }
 
 // AwaitNotification reads the control stream until the relay sends a
-// notification named method (nil), skipping other messages and malformed
-// frames, or the stream ends (its error). Call it after Join, from one
-// goroutine.
-func (c *Conn) AwaitNotification(ctx context.Context, method string) error {
+// notification named method (its message), skipping other messages and
+// malformed frames, or the stream ends (its error). Call it after Join,
+// from one goroutine.
+func (c *Conn) AwaitNotification(ctx context.Context, method string) (*transport.Message, error) {
 	for {
 		m, err := c.mc.ReadMessage(ctx)
 		if err != nil {
@@ -272,10 +272,10 @@ func (c *Conn) AwaitNotification(ctx context.Context, method string) error {
 			if errors.As(err, &malformed) {
 				continue
 			}
-			return err
+			return nil, err
 		}
 		if m.Kind == transport.KindNotification && m.Method == method {
-			return nil
+			return m, nil
 		}
 	}
 }
