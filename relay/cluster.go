@@ -146,6 +146,7 @@ type cluster struct {
 	presenceTxn atomic.Uint64 // their transactions
 	forwarded   atomic.Uint64 // clients forwarded to a peer
 	forwardFail atomic.Uint64 // forwards no holder took
+	rotate      atomic.Uint64 // where the next forward starts among the holders
 }
 
 func newCluster(s *Server, cfg ClusterConfig) *cluster {
@@ -221,6 +222,13 @@ func (c *cluster) attach() (clientv3.LeaseID, error) {
 		if _, err := c.cfg.Client.Put(ctx, c.key("relays/"+c.cfg.RelayID), string(v), clientv3.WithLease(g.ID)); err != nil {
 			return 0, err
 		}
+	}
+	c.mu.Lock()
+	left := !leaving && c.leaving
+	c.mu.Unlock()
+	if left {
+		// A drain's leave ran while the entry was written: take it out again.
+		c.cfg.Client.Delete(ctx, c.key("relays/"+c.cfg.RelayID))
 	}
 	// Everything joined here is written again under the new lease.
 	c.s.mu.Lock()
@@ -382,6 +390,9 @@ func (c *cluster) resetMembers()  { clear(c.members) }
 func (c *cluster) resetPresence() { clear(c.presence) }
 
 func (c *cluster) applyMember(id string, val []byte, del bool) {
+	if protocol.CheckExecutorID(id) != nil {
+		return // not a key a relay writes
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if del {
@@ -397,8 +408,8 @@ func (c *cluster) applyMember(id string, val []byte, del bool) {
 
 func (c *cluster) applyPresence(rest string, val []byte, del bool) {
 	execID, relayID, ok := strings.Cut(rest, "/")
-	if !ok {
-		return
+	if !ok || protocol.CheckExecutorID(execID) != nil || protocol.CheckExecutorID(relayID) != nil {
+		return // not a key a relay writes
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -448,9 +459,10 @@ func (c *cluster) holders(ctx context.Context, id string) []string {
 		}
 	}
 	sort.Strings(out)
-	// Spread clients over the holders: start at a rotating one.
+	// Spread clients over the holders: start at a rotating one (every
+	// call moves it, so a hung holder is not first for every client).
 	if n := len(out); n > 1 {
-		k := int(c.forwarded.Load() % uint64(n))
+		k := int(c.rotate.Add(1) % uint64(n))
 		out = append(out[k:], out[:k]...)
 	}
 	return out
@@ -519,13 +531,16 @@ func (c *cluster) ready() error {
 
 // leave takes the member key out of etcd, so that join answers no longer
 // send executors here (a drain); the presence stays until Close.
-func (c *cluster) leave() {
+func (c *cluster) leave(ctx context.Context) {
 	c.mu.Lock()
 	c.leaving = true
+	lease := c.lease
 	c.mu.Unlock()
-	ctx, cancel := context.WithTimeout(context.Background(), c.cfg.RequestTimeout)
+	ctx, cancel := context.WithTimeout(ctx, c.cfg.RequestTimeout)
 	defer cancel()
-	if _, err := c.cfg.Client.Delete(ctx, c.key("relays/"+c.cfg.RelayID)); err != nil {
+	// Only our own key: another relay with this id may have written it.
+	k := c.key("relays/" + c.cfg.RelayID)
+	if _, err := c.cfg.Client.Txn(ctx).If(clientv3.Compare(clientv3.LeaseValue(k), "=", lease)).Then(clientv3.OpDelete(k)).Commit(); err != nil {
 		c.log.Warn("could not leave the member list", zap.Error(err))
 	}
 }

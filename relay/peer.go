@@ -122,40 +122,53 @@ func (c *cluster) link(ctx context.Context, id string) (*peerLink, error) {
 	l := &peerLink{id: id, addr: m.Addr, ready: make(chan struct{})}
 	c.peers[id] = l
 	c.mu.Unlock()
+	// The dial is the link's, not the caller's (a caller that gives up
+	// must not leave a half-made link to the others), but the caller
+	// waits for it no longer than its ctx: forwardTimeout bounds a try.
+	go c.dial(l)
+	select {
+	case <-l.ready:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	if l.err != nil {
+		return nil, l.err
+	}
+	return l, nil
+}
 
-	// The dial is the link's, not the caller's: a caller that gives up
-	// must not leave a half-made link to the others.
+// dial makes link l (closing l.ready) and, once it is up, removes it
+// from the peers when it goes down.
+func (c *cluster) dial(l *peerLink) {
+	id := l.id
 	dctx, cancel := context.WithTimeout(c.ctx, c.s.cfg.HandshakeTimeout)
 	defer cancel()
-	conn, err := relayclient.Dial(dctx, fmt.Sprintf(c.url, m.Addr), c.s.cfg.Key, relayclient.Options{Mux: c.s.cfg.Mux, HandshakeTimeout: c.s.cfg.HandshakeTimeout})
+	conn, err := relayclient.Dial(dctx, fmt.Sprintf(c.url, l.addr), c.s.cfg.Key, relayclient.Options{Mux: c.s.cfg.Mux, HandshakeTimeout: c.s.cfg.HandshakeTimeout})
 	if err == nil {
 		if err = conn.Call(dctx, protocol.MethodRelayPeer, protocol.RelayPeerParams{Relay: c.cfg.RelayID}, nil); err != nil {
 			conn.Close()
 			conn = nil
 		}
 	}
+	if err == nil && c.ctx.Err() != nil {
+		// close ran meanwhile: no link may outlive it.
+		conn.Close()
+		conn, err = nil, c.ctx.Err()
+	}
 	l.conn, l.err, l.at, l.since = conn, err, time.Now(), time.Now()
 	close(l.ready)
 	if err != nil {
-		c.log.Info("peer link failed", zap.String("peer", id), zap.String("addr", m.Addr), zap.Error(err))
-		select {
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		default:
-		}
-		return nil, err
+		c.log.Info("peer link failed", zap.String("peer", id), zap.String("addr", l.addr), zap.Error(err))
+		return
 	}
-	c.log.Info("peer link up", zap.String("peer", id), zap.String("addr", m.Addr))
-	go func() {
-		<-conn.Done()
-		c.mu.Lock()
-		if c.peers[id] == l {
-			delete(c.peers, id)
-		}
-		c.mu.Unlock()
-		c.log.Info("peer link down", zap.String("peer", id))
-	}()
-	return l, nil
+	c.log.Info("peer link up", zap.String("peer", id), zap.String("addr", l.addr))
+	<-conn.Done()
+	c.mu.Lock()
+	if c.peers[id] == l {
+		delete(c.peers, id)
+	}
+	c.mu.Unlock()
+	c.log.Info("peer link down", zap.String("peer", id))
 }
 
 // forward asks the relays holding executor id, one after the other, for a

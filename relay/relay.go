@@ -544,8 +544,13 @@ func (s *Server) serve(ctx context.Context, c net.Conn, hs chan struct{}) {
 	// see data.go) is answered in message 2; without one, mux follows.
 	var hr *handshakeRequest
 	ncfg := transport.NoiseConfig{Static: s.cfg.Key, Purpose: Purpose, AllowXX: true, HandshakeTimeout: s.cfg.HandshakeTimeout}
+	var freeOnce sync.Once
+	free := func() { freeOnce.Do(func() { <-hs }) }
 	ncfg.Authorize = func(peerStatic, payload []byte) error {
 		if len(payload) > 0 {
+			// The request's work (the token store, forwarding to a peer)
+			// must not hold a handshake slot: the crypto is done.
+			free()
 			var peer [32]byte
 			copy(peer[:], peerStatic)
 			hr = s.handshakeRequest(peer, c.RemoteAddr().String(), payload)
@@ -560,7 +565,7 @@ func (s *Server) serve(ctx context.Context, c net.Conn, hs chan struct{}) {
 		return hr.reply
 	}
 	nc, err := transport.NoiseResponder(ctx, c, ncfg)
-	<-hs
+	free()
 	if err != nil {
 		if hr != nil {
 			hr.abandon(s)
@@ -574,7 +579,13 @@ func (s *Server) serve(ctx context.Context, c net.Conn, hs chan struct{}) {
 		s.serveHandshakeRequest(ctx, nc, hr)
 		return
 	}
-	sess, err := transport.MuxServer(nc, s.cfg.Mux)
+	mcfg := s.cfg.Mux
+	if s.isClusterKey([32]byte(nc.PeerStatic())) {
+		// A peer link carries up to maxForwardsPerLink clients (and its
+		// control stream), which may arrive in bursts.
+		mcfg.MaxStreams, mcfg.AcceptBacklog = maxForwardsPerLink+1, maxForwardsPerLink
+	}
+	sess, err := transport.MuxServer(nc, mcfg)
 	if err != nil {
 		return
 	}
@@ -631,7 +642,8 @@ func (s *Server) serve(ctx context.Context, c net.Conn, hs chan struct{}) {
 	case protocol.MethodRelayConnect:
 		s.connect(ctx, ctl, mc, m, peer, c.RemoteAddr().String())
 	case protocol.MethodRelayExecutors:
-		s.list(ctx, mc, m)
+		// The answer is not a control request: maxControlFrame is no bound for it.
+		s.list(ctx, transport.NewMsgpackConn(ctl, protocol.MaxMessageBytes), m)
 	case protocol.MethodRelayPeer:
 		if !s.isClusterKey(peer) {
 			mc.WriteError(ctx, m.ID, protocol.KindErrorf(protocol.KindRefused, protocol.CodeInvalidRequest, "relay/peer: only a relay of this cluster may open a peer link"))
@@ -739,7 +751,7 @@ func (s *Server) admit(ctx context.Context, j *joined) (holder string, err error
 		if old.key != j.key {
 			// The id was bound to j's key after old joined (old's key was
 			// revoked and the id rebound): old is stale.
-			delete(s.executors, j.id)
+			s.dropLocked(old)
 			s.mu.Unlock()
 			old.sess.Close()
 			continue
@@ -773,8 +785,8 @@ func (s *Server) probeLocked(j *joined) *liveness {
 		s.mu.Lock()
 		j.probe = nil
 		pr.alive = alive
-		if !alive && s.executors[j.id] == j {
-			delete(s.executors, j.id)
+		if !alive {
+			s.dropLocked(j)
 		}
 		s.mu.Unlock()
 		if !alive {
@@ -887,9 +899,7 @@ func (s *Server) checkRevocations() error {
 	for _, j := range stale {
 		switch {
 		case revoked[j.key]:
-			if s.executors[j.id] == j {
-				delete(s.executors, j.id)
-			}
+			s.dropLocked(j)
 			cut = append(cut, j)
 		case j.checkedSeq < seq:
 			j.checkedSeq = seq
@@ -904,14 +914,20 @@ func (s *Server) checkRevocations() error {
 	return nil
 }
 
-func (s *Server) leave(j *joined) {
-	s.mu.Lock()
+// dropLocked removes j as the joined session of its id, with its
+// presence in the cluster. Call with s.mu held.
+func (s *Server) dropLocked(j *joined) {
 	if s.executors[j.id] == j {
 		delete(s.executors, j.id)
 		if s.cluster != nil {
 			s.cluster.left(j.id)
 		}
 	}
+}
+
+func (s *Server) leave(j *joined) {
+	s.mu.Lock()
+	s.dropLocked(j)
 	j.gone = true
 	data := make([]*dataConn, 0, len(j.data))
 	for dc := range j.data {
@@ -1282,7 +1298,7 @@ func (s *Server) Drain(ctx context.Context) error {
 	// forwarding to it (they refuse while draining, the next holder takes
 	// the client).
 	if s.cluster != nil {
-		s.cluster.leave()
+		s.cluster.leave(ctx)
 	}
 	var notice protocol.RelayReconnectParams
 	if s.cluster != nil {
