@@ -30,6 +30,15 @@
 //     (codex-exec-server, the peer), on `outpost executor serve --listen
 //     ws://` (outpost-ws), and through `outpost bridge` → relay →
 //     `outpost executor join` (outpost-bridge-relay).
+//   - cluster_hop, cluster_failover, cluster_scale: a relay cluster on
+//     etcd (one etcd and three relay processes sharing one key;
+//     bench/cluster.go) — a client forwarded one hop against one on the
+//     executor's own relay (connect → first output, start-to-exit); new
+//     commands and a streaming command's resume through a load balancer
+//     while a relay is SIGKILLed; 10,000 lightweight joiners
+//     (-cluster-executors): the relays' memory per executor, and the
+//     rejoin storm after a relay restart with its etcd write rate. They
+//     are skipped, with the reason, without an etcd binary.
 //
 // Each row carries ratios to the limit and to the best peer. Missing peers
 // are installed first (codex with npm, openssh-server and bubblewrap with
@@ -122,7 +131,7 @@ func run() error {
 	}{
 		{"start_to_exit", b.startToExit}, {"throughput", b.throughput}, {"concurrency", b.concurrency},
 		{"idle_executors", b.idleExecutors}, {"sandbox_overhead", b.sandboxOverhead}, {"copy", b.copyFile}, {"copy_down", b.copyDown},
-		{"codex_turn", b.codexTurn},
+		{"codex_turn", b.codexTurn}, {"cluster_hop", b.clusterHop}, {"cluster_failover", b.clusterFailover}, {"cluster_scale", b.clusterScale},
 	} {
 		if *only != "" && !slices.Contains(strings.Split(*only, ","), m.name) {
 			continue

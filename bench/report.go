@@ -10,13 +10,15 @@ import (
 // Result is one measured row. The JSON names are the interface other tools
 // read (see the package comment); absent figures are omitted.
 type Result struct {
-	Metric string   `json:"metric"` // start_to_exit | throughput | concurrency | idle_executors | sandbox_overhead | copy | copy_down | codex_turn
+	Metric string   `json:"metric"` // start_to_exit | throughput | concurrency | idle_executors | sandbox_overhead | copy | copy_down | codex_turn | cluster_hop | cluster_failover | cluster_scale
 	Target string   `json:"target"` // local-limit | outpost-local | outpost-direct | outpost-ws | outpost-relay | codex | ssh | ssh-controlmaster | bwrap | codex-exec-server | outpost-bridge-relay | ...
 	Runs   int      `json:"runs,omitempty"`
 	P50Ms  *float64 `json:"p50_ms,omitempty"`
 	P99Ms  *float64 `json:"p99_ms,omitempty"`
 	MBps   *float64 `json:"mbps,omitempty"`
-	// OverheadMs is sandbox_overhead's p50 over its unsandboxed base.
+	// OverheadMs is sandbox_overhead's p50 over its unsandboxed base, and
+	// cluster_hop's start-to-exit p50 through the hop over the single
+	// relay's.
 	OverheadMs *float64 `json:"overhead_ms,omitempty"`
 	WallS      *float64 `json:"wall_s,omitempty"`
 	Errors     *int     `json:"errors,omitempty"`
@@ -31,6 +33,22 @@ type Result struct {
 	// a pre-started helper ran and those that started their own.
 	PoolTaken  *int `json:"pool_taken,omitempty"`
 	PoolMissed *int `json:"pool_missed,omitempty"`
+	// FirstOutputP50Ms and FirstOutputP99Ms: cluster_hop's connect → first
+	// output byte (a new client connection and a command printing a line).
+	FirstOutputP50Ms *float64 `json:"first_output_p50_ms,omitempty"`
+	FirstOutputP99Ms *float64 `json:"first_output_p99_ms,omitempty"`
+	// VsBase is cluster_hop's connect → first output p50 through the hop
+	// over the single relay's.
+	VsBase *float64 `json:"vs_base,omitempty"`
+	// WritesPerS and TxnsPerS: cluster_scale's restart storm, per second
+	// of its writing phase: the restarted relay's presence writes to etcd
+	// (outpost_relay_presence_writes_total) and the transactions carrying
+	// them (the relay's count when it exports one, else etcd's own).
+	WritesPerS *float64 `json:"writes_per_s,omitempty"`
+	TxnsPerS   *float64 `json:"txns_per_s,omitempty"`
+	// Notes say what a row's figures are when the columns do not (the
+	// cluster metrics: what was killed, targets met or not).
+	Notes string `json:"notes,omitempty"`
 	// Skipped says why a row has no figures.
 	Skipped string `json:"skipped,omitempty"`
 }
@@ -130,6 +148,21 @@ func writeMarkdown(w io.Writer, rep Report) {
 		}
 		if r.RSSPerExecutorKiB != nil {
 			other = append(other, fmt.Sprintf("%.0f KiB per executor", *r.RSSPerExecutorKiB))
+		}
+		if r.FirstOutputP50Ms != nil && r.FirstOutputP99Ms != nil {
+			other = append(other, fmt.Sprintf("connect→first output p50 %.2f / p99 %.2f ms", *r.FirstOutputP50Ms, *r.FirstOutputP99Ms))
+		}
+		if r.VsBase != nil {
+			other = append(other, fmt.Sprintf("%.2f× base", *r.VsBase))
+		}
+		if r.WritesPerS != nil {
+			other = append(other, fmt.Sprintf("%.0f writes/s", *r.WritesPerS))
+		}
+		if r.TxnsPerS != nil {
+			other = append(other, fmt.Sprintf("%.0f txns/s", *r.TxnsPerS))
+		}
+		if r.Notes != "" {
+			other = append(other, r.Notes)
 		}
 		if r.Skipped != "" {
 			other = append(other, "skipped: "+r.Skipped)
