@@ -368,7 +368,7 @@ func relayDialer(u transport.URL, cfg Config) (dialFunc, error) {
 		return fmt.Errorf("executor %s: %w", pinAddr, err)
 	}
 	var legacyOnly atomic.Bool // the relay predates requests in its handshake
-	return func(ctx context.Context, route func(string, transport.Params, bool)) (*conn, error) {
+	once := func(ctx context.Context, route func(string, transport.Params, bool)) (*conn, error) {
 		exKey, fromFile := pinned, false
 		if exKey == nil {
 			if k, ok := known.Lookup(pinAddr); ok {
@@ -451,7 +451,53 @@ func relayDialer(u transport.URL, cfg Config) (dialFunc, error) {
 			c.rpc.Close()
 		}()
 		return c, nil
+	}
+	// A relay behind one name (DNS, a load balancer) may die while a
+	// connection is being made through it — a relay of a cluster killed,
+	// restarted or drained — and the next connection reaches another: a
+	// connection lost before the session exists is made again, at most
+	// relayDialAttempts times, so no new command fails for it.
+	return func(ctx context.Context, route func(string, transport.Params, bool)) (*conn, error) {
+		delay := relayRedialDelay
+		for attempt := 1; ; attempt++ {
+			c, err := once(ctx, route)
+			if err == nil || attempt == relayDialAttempts || !redialable(ctx, err) {
+				return c, err
+			}
+			t := time.NewTimer(delay)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return nil, err
+			case <-t.C:
+			}
+			delay *= 3
+		}
 	}, nil
+}
+
+// relayDialAttempts and relayRedialDelay bound the connection attempts of
+// one dial through a relay (50 ms, then 150 ms between them).
+const (
+	relayDialAttempts = 3
+	relayRedialDelay  = 50 * time.Millisecond
+)
+
+// redialable says whether a failed connection through a relay may succeed
+// if made again at once: a connection that broke, not an answer. A relay's
+// refusal (kinds; an offline executor is retried by the caller's own
+// grace), a key that is not the pinned one and the caller's deadline are
+// answers.
+func redialable(ctx context.Context, err error) bool {
+	var refusal *protocol.Error
+	var relayKey *relayclient.KeyMismatchError
+	var execKey *identity.KeyMismatchError
+	switch {
+	case ctx.Err() != nil, errors.As(err, &refusal), errors.As(err, &relayKey), errors.As(err, &execKey),
+		errors.Is(err, ErrPinMismatch), errors.Is(err, ErrNotPinned), errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return false
+	}
+	return true
 }
 
 // handshake runs Noise as initiator: IK with a pinned key, XX (trust on

@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -223,4 +225,72 @@ func TestLosingEtcdDetachesTheRelayButKeepsItsStreams(t *testing.T) {
 		resp, err := cli.Get(ctx, tc.prefix+"/presence/e1/r1", clientv3.WithKeysOnly())
 		return err == nil && len(resp.Kvs) == 1
 	})
+}
+
+// A relay that dies while a client's connection is being made through it
+// (a cluster's member killed behind a load balancer) costs the client a
+// new connection, not its command: the client dials again, and gets the
+// relay's answer when it is one.
+func TestAConnectionBrokenBeforeItsSessionIsMadeAgain(t *testing.T) {
+	r := newRelay(t)
+	joinOne(t, r.url(), "e1", r.token(t, TokenJoin, CreateOptions{}), key(t), 0)
+	tok := r.token(t, TokenClient, CreateOptions{Executors: "*"})
+	var mu sync.Mutex
+	conns, drop := 0, 2
+	// The front cuts its first two connections once the client has sent
+	// its first bytes (mid-handshake), then forwards.
+	front := listenForwarding(t, r.addr, func(c, u net.Conn) {
+		mu.Lock()
+		conns++
+		cut := conns <= drop
+		mu.Unlock()
+		if cut {
+			go func() {
+				c.Read(make([]byte, 1))
+				c.Close()
+				u.Close()
+			}()
+			return
+		}
+		go func() { io.Copy(c, u); c.Close() }()
+		go func() { io.Copy(u, c); u.Close() }()
+	})
+	url := "outpost://" + front.Addr().String() + "#" + r.key.PublicKey().Fingerprint()
+	cfg := client.Config{Executor: "e1", Token: tok, Key: key(t), KnownExecutors: filepath.Join(t.TempDir(), "known")}
+	env, err := client.Dial(ctxT(t), url, cfg)
+	if err != nil {
+		t.Fatalf("dial through a front that broke two connections: %v", err)
+	}
+	out, err := client.Command(env, "/bin/echo", "made again").Output()
+	env.Close()
+	if err != nil || string(out) != "made again\n" {
+		t.Fatalf("%q %v", out, err)
+	}
+	// Every connection broken: the dial gives up after its attempts.
+	mu.Lock()
+	conns, drop = 0, 1<<30
+	mu.Unlock()
+	if _, err := client.Dial(ctxT(t), url, cfg); err == nil {
+		t.Fatal("a dial through a front that breaks every connection succeeded")
+	}
+	mu.Lock()
+	n := conns
+	mu.Unlock()
+	if n != 3 {
+		t.Fatalf("%d connections for one dial, want 3 attempts", n)
+	}
+	// A refusal is an answer: one connection, no second attempt.
+	mu.Lock()
+	conns, drop = 0, 0
+	mu.Unlock()
+	cfg.Token = "opt_" + strings.Repeat("A", 43)
+	if _, err := client.Dial(ctxT(t), url, cfg); protocol.KindOf(err) != protocol.KindRefused {
+		t.Fatalf("dial with an unknown token: %v", err)
+	}
+	mu.Lock()
+	n = conns
+	mu.Unlock()
+	if n != 1 {
+		t.Fatalf("%d connections for a refused dial, want 1", n)
+	}
 }
