@@ -132,6 +132,8 @@ type cluster struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 	wake   chan struct{} // cap 1: presence to write
+	first  chan struct{} // closed once the relay first holds a lease
+	once   sync.Once
 
 	mu       sync.Mutex
 	members  map[string]memberRecord              // by relay id (watched)
@@ -154,7 +156,7 @@ func newCluster(s *Server, cfg ClusterConfig) *cluster {
 	c := &cluster{
 		cfg: cfg, s: s, log: s.log.With(zap.String("relay", cfg.RelayID)),
 		url: "outpost://%s#" + fingerprint([32]byte(s.cfg.Key.Public)),
-		ctx: ctx, cancel: cancel, wake: make(chan struct{}, 1),
+		ctx: ctx, cancel: cancel, wake: make(chan struct{}, 1), first: make(chan struct{}),
 		members: map[string]memberRecord{}, presence: map[string]map[string]presenceRecord{},
 		pending: map[string]*presenceRecord{}, peers: map[string]*peerLink{},
 	}
@@ -246,6 +248,7 @@ func (c *cluster) attach() (clientv3.LeaseID, error) {
 	}
 	c.mu.Unlock()
 	c.poke()
+	c.once.Do(func() { close(c.first) })
 	c.log.Info("attached to the cluster", zap.String("advertise", c.cfg.Advertise), zap.Int("executors", len(recs)))
 	return g.ID, nil
 }

@@ -385,6 +385,19 @@ func (s *Server) Close() error {
 	return nil
 }
 
+// Attached is closed once a clustered relay first holds its etcd lease
+// (at once for a single relay). Start listening after it: until then the
+// relay refuses every join and connect, and a restarted relay would only
+// make its executors back off.
+func (s *Server) Attached() <-chan struct{} {
+	if s.cluster == nil {
+		c := make(chan struct{})
+		close(c)
+		return c
+	}
+	return s.cluster.first
+}
+
 // detached is ErrDetached's error while a clustered relay has lost etcd:
 // it then decides no token (a partition must not split the database) and
 // takes no join (its presence could not be recorded).

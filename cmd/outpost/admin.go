@@ -100,6 +100,8 @@ func startRelayAdmin(addr string, srv *relay.Server, stderr io.Writer) (stopping
 				func() float64 { return float64(srv.Stats().ForwardFailures) }),
 			prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "outpost_relay_presence_writes_total", Help: "Executor presence puts and deletes written to etcd."},
 				func() float64 { return float64(srv.Stats().PresenceWrites) }),
+			prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "outpost_relay_presence_txns_total", Help: "The etcd transactions that wrote the presence (at most 100 operations each)."},
+				func() float64 { return float64(srv.Stats().PresenceTxns) }),
 		)
 	}
 	peers := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

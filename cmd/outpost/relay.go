@@ -269,6 +269,13 @@ func cmdRelayServe(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	defer stopAdmin()
+	// A cluster's member listens once it holds its lease: before, it would
+	// refuse every join and connect of the storm a restart brings.
+	select {
+	case <-srv.Attached():
+	case <-time.After(relay.DefaultClusterRequest):
+		log.Warn("etcd has not answered; listening detached from the cluster (joins and connects are refused until it answers)")
+	}
 	ln, err := srv.Listen(lu.Addr)
 	if err != nil {
 		fmt.Fprintln(stderr, "outpost: listen:", err)
