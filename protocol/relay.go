@@ -33,11 +33,14 @@ const (
 	// the dialling relay names itself; the link then carries one
 	// relay/forward per stream.
 	MethodRelayPeer = "relay/peer"
-	// MethodRelayForward (relay → peer relay, the first message of a new
-	// stream on a peer link) asks the peer to splice the stream to an
-	// executor joined there: the one-hop forwarding of a client that
-	// reached another relay of the cluster. The client's token was checked
-	// by the relay it reached; the answer is a RelayConnectResult.
+	// MethodRelayForward (relay → peer relay of the same cluster, in the
+	// payload of the Noise handshake's message 1 on a connection of its
+	// own) asks the peer to splice the connection to an executor joined
+	// there: the one-hop forwarding of a client that reached another relay
+	// of the cluster. The client's token was checked by the relay it
+	// reached; the answer (message 2) is a RelayConnectResult. The
+	// forwarding relay's first Noise record then holds RelayForwardReady,
+	// and from there on the connection carries the client's bytes raw.
 	MethodRelayForward = "relay/forward"
 )
 
@@ -79,10 +82,17 @@ type RelayPeerParams struct {
 	Relay string `json:"relay" msgpack:"relay"`
 }
 
-// RelayForwardParams ask a peer relay for a stream to an executor joined
-// there. Client and TokenID are for the peer's audit log only.
+// RelayForwardReady is the forwarding relay's first record on a
+// relay/forward connection: only the holder of the handshake's keys can
+// send it, so a replayed message 1 is answered but never spliced.
+const RelayForwardReady = "outpost-forward/1"
+
+// RelayForwardParams ask a peer relay for a connection to an executor
+// joined there. Relay names the forwarding relay (a member of the
+// cluster); Client and TokenID are for the peer's audit log only.
 type RelayForwardParams struct {
 	ExecutorID string `json:"executorId" msgpack:"executorId"`
+	Relay      string `json:"relay" msgpack:"relay"`
 	Client     string `json:"client,omitempty" msgpack:"client,omitempty"`
 	TokenID    string `json:"tokenId,omitempty" msgpack:"tokenId,omitempty"`
 }

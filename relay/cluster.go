@@ -143,6 +143,7 @@ type cluster struct {
 	lastErr  error
 	leaving  bool // Leave was called: no more member key
 	peers    map[string]*peerLink
+	forwards map[string]uint64 // clients forwarded, by peer (at most one entry per relay ever seen)
 
 	presenceOps atomic.Uint64 // presence puts and deletes committed
 	presenceTxn atomic.Uint64 // their transactions
@@ -158,9 +159,10 @@ func newCluster(s *Server, cfg ClusterConfig) *cluster {
 		url: "outpost://%s#" + fingerprint([32]byte(s.cfg.Key.Public)),
 		ctx: ctx, cancel: cancel, wake: make(chan struct{}, 1), first: make(chan struct{}),
 		members: map[string]memberRecord{}, presence: map[string]map[string]presenceRecord{},
-		pending: map[string]*presenceRecord{}, peers: map[string]*peerLink{},
+		pending: map[string]*presenceRecord{}, peers: map[string]*peerLink{}, forwards: map[string]uint64{},
 	}
-	c.wg.Add(4)
+	c.wg.Add(5)
+	go func() { defer c.wg.Done(); c.linkLoop() }()
 	go func() { defer c.wg.Done(); c.leaseLoop() }()
 	go func() { defer c.wg.Done(); c.writeLoop() }()
 	go func() { defer c.wg.Done(); c.watch(c.key("relays/"), c.applyMember, c.resetMembers) }()

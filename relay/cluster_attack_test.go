@@ -152,9 +152,10 @@ func atkPresence(t *testing.T, k identity.Key) string {
 }
 
 // atkHungPeer is a fake relay of the cluster (it holds the cluster's key):
-// it accepts peer links and answers relay/peer, then never answers a
-// relay/forward — a wedged relay whose mux still answers pings. It
-// returns its address and the count of forward streams it took.
+// it accepts peer links and answers relay/peer, but never answers a
+// relay/forward (message 2 of its handshake never comes) — a wedged relay
+// whose links still answer pings. It returns its address and the count
+// of forwards it took.
 func atkHungPeer(t *testing.T, k identity.Key) (string, *atomic.Int64) {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -183,7 +184,17 @@ func atkHungPeer(t *testing.T, k identity.Key) (string, *atomic.Int64) {
 			mu.Unlock()
 			go func() {
 				ctx := context.Background()
-				nc, err := transport.NoiseResponder(ctx, c, transport.NoiseConfig{Static: k.Keypair(), Purpose: Purpose})
+				hang := make(chan struct{})
+				t.Cleanup(func() { close(hang) })
+				nc, err := transport.NoiseResponder(ctx, c, transport.NoiseConfig{Static: k.Keypair(), Purpose: Purpose, HandshakeTimeout: time.Hour,
+					Authorize: func(_, payload []byte) error {
+						if len(payload) > 0 { // relay/forward: never answered
+							forwards.Add(1)
+							<-hang
+							return errors.New("gone")
+						}
+						return nil
+					}})
 				if err != nil {
 					c.Close()
 					return
@@ -207,8 +218,7 @@ func atkHungPeer(t *testing.T, k identity.Key) (string, *atomic.Int64) {
 					if err != nil {
 						return
 					}
-					forwards.Add(1)
-					go io.Copy(io.Discard, st) // read the request, never answer
+					st.Close()
 				}
 			}()
 		}
@@ -295,24 +305,14 @@ func atkCall(st net.Conn, method string, params any) (*transport.Message, error)
 	return mc.Call(context.Background(), transport.IntID(1), method, params)
 }
 
-// atkForward sends relay/forward for id on a new stream of a peer link and
-// returns the reply's error (nil: a result) with the stream.
-func atkForward(t *testing.T, sess *transport.MuxSession, id string) (net.Conn, error) {
+// atkForward forwards a client to r as relay "as" would (the cluster's
+// key, relay/forward in the handshake) and returns the raw connection or
+// r's refusal.
+func atkForward(t *testing.T, r *testRelay, as, id string) (net.Conn, error) {
 	t.Helper()
-	st, err := sess.OpenStream()
-	if err != nil {
-		return nil, err
-	}
-	m, err := atkCall(st, protocol.MethodRelayForward, protocol.RelayForwardParams{ExecutorID: id, Client: "attacker", TokenID: "none"})
-	switch {
-	case err != nil:
-		st.Close()
-		return nil, err
-	case m.Error != nil:
-		st.Close()
-		return nil, m.Error
-	}
-	return st, nil
+	c, _, err := relayclient.Forward(ctxT(t), r.url(), r.key.Keypair(), relayclient.Options{HandshakeTimeout: 5 * time.Second},
+		protocol.RelayForwardParams{ExecutorID: id, Relay: as, Client: "attacker", TokenID: "none"})
+	return c, err
 }
 
 // atkEarlyCall sends one request in the payload of Noise IK message 1 to r
@@ -427,20 +427,26 @@ func TestClusterAttackPeerMethodsAreClosedToClients(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// relay/forward to an executor joined to r1: served, with its key.
-	st, err := atkForward(t, sess, "x1")
+	// relay/forward to an executor joined to r1: served.
+	st, err := atkForward(t, r1, "r2", "x1")
 	if err != nil {
 		t.Fatalf("relay/forward to an executor joined here: %v", err)
 	}
 	st.Close()
 	// One hop: an executor joined to r2 only is not forwarded back.
-	if _, err := atkForward(t, sess, "y1"); protocol.KindOf(err) != protocol.KindUnavailable {
+	if _, err := atkForward(t, r1, "r2", "y1"); protocol.KindOf(err) != protocol.KindUnavailable {
 		t.Errorf("relay/forward to an executor joined elsewhere: %v (want unavailable)", err)
 	}
-	if st := r1.srv.Stats(); st.Forwarded != 0 || st.ForwardFailures != 0 || st.PeerLinks != 0 {
+	// The cluster's key naming no member, or r1 itself: refused.
+	for _, as := range []string{"r1", "", "r9"} {
+		if _, err := atkForward(t, r1, as, "x1"); protocol.KindOf(err) != protocol.KindRefused {
+			t.Errorf("relay/forward as %q: %v (want refused)", as, err)
+		}
+	}
+	if st := r1.srv.Stats(); st.Forwarded != 0 || st.ForwardFailures != 0 {
 		t.Errorf("r1 forwarded a forwarded client: %+v", st)
 	}
-	// Anything but relay/forward on a link's stream, or a bad id: refused.
+	// Anything on a link's stream: refused (a link is for health only).
 	for _, req := range []struct {
 		method string
 		params any
@@ -656,8 +662,9 @@ func TestClusterAttackSilentMemberDialIsBoundedByTheForwardTimeout(t *testing.T)
 }
 
 // A holder dying mid-stream ends the forwarded client's stream at once
-// (the link's session closes, the splice on the relay the client reached
-// ends), and the forwarding relay lets go of the splice and the link.
+// (its forwarded connection closes, the splice on the relay the client
+// reached ends), and the forwarding relay lets go of the splice and the
+// link.
 func TestClusterAttackHolderDyingMidStreamEndsTheClientsStream(t *testing.T) {
 	tc := startAttackCluster(t, 2, atkOpts{})
 	r1, r2 := tc.relays[0], tc.relays[1]
@@ -669,7 +676,7 @@ func TestClusterAttackHolderDyingMidStreamEndsTheClientsStream(t *testing.T) {
 	}
 	ended := make(chan struct{})
 	go func() { io.Copy(io.Discard, st); close(ended) }()
-	if st := r2.srv.Stats(); st.SplicedStreams != 1 || st.PeerLinks != 1 {
+	if st := r2.srv.Stats(); st.SplicedStreams != 1 || st.Forwarded != 1 {
 		t.Fatalf("r2 stats %+v", st)
 	}
 	start := time.Now()
@@ -862,17 +869,12 @@ func TestClusterAttackDrainingHolderRefusesForwards(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, testTimeout, "r3 sees e1 on r1 and r2", func() bool { return slices.Equal(atkHolders(r3, "e1"), []string{"r1", "r2"}) })
-	// A peer link to r1 made before the drain.
-	sess, err := atkPeerSession(t, r1, "r3")
-	if err != nil {
-		t.Fatal(err)
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if err := r1.srv.Drain(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := atkForward(t, sess, "e1"); protocol.KindOf(err) != protocol.KindUnavailable {
+	if _, err := atkForward(t, r1, "r3", "e1"); protocol.KindOf(err) != protocol.KindUnavailable {
 		t.Errorf("a draining relay's answer to relay/forward: %v (want unavailable)", err)
 	}
 	waitFor(t, testTimeout, "r1 left the member list", func() bool { return r3.srv.Stats().ClusterMembers == 2 })
@@ -1083,91 +1085,6 @@ func TestClusterAttackSameRelayIDTwiceKeepsTheNewOneAMember(t *testing.T) {
 		return err == nil
 	}) {
 		t.Errorf("through r2 to e1, joined to the running r1: %v (r2's members: %d)", err, r2.srv.Stats().ClusterMembers)
-	}
-}
-
-// BUG (peer.go / transport/mux.go): a peer link carries at most 1023
-// forwarded clients at once, not maxForwardsPerLink (16384): the link's
-// server side is a mux session with mux's default MaxStreams (1024, the
-// link's control stream included), which transport.MuxConfig cannot
-// change, and a relay keeps one link per peer. The next concurrent
-// forward between the two relays is reset and its client told the
-// executor is offline, though the executor has room. (Here the 1023 are
-// streams whose relay/forward is still on its way, opened in paced
-// batches; spliced clients count the same.)
-func TestClusterAttackPeerLinkCarriesMoreThan1023Forwards(t *testing.T) {
-	t.Parallel()
-	tc := startAttackCluster(t, 2, atkOpts{tune: func(_ int, c *Config) { c.HandshakeTimeout = 20 * time.Second }})
-	r1 := tc.relays[0]
-	joinOne(t, r1.url(), "e1", r1.token(t, TokenJoin, CreateOptions{}), key(t), 0)
-	sess, err := atkPeerSession(t, r1, "r2")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i := range 1023 {
-		if _, err := sess.OpenStream(); err != nil {
-			t.Fatalf("stream %d: %v", i, err)
-		}
-		if i%32 == 31 {
-			// A round trip: r1 has read these SYNs (and its accept loop,
-			// with a backlog of 256, keeps up with 32 at a time).
-			if _, err := sess.Ping(); err != nil {
-				t.Fatalf("after %d streams: %v", i+1, err)
-			}
-		}
-	}
-	if st, err := atkForward(t, sess, "e1"); err != nil {
-		t.Errorf("a forward with 1023 others in flight on the link (maxForwardsPerLink %d): %v", maxForwardsPerLink, err)
-	} else {
-		st.Close()
-	}
-	// More clients at once past the cap: each is reset, and more than 64
-	// resets waiting for r1's writer (mux ctrlQueue) make r1 close the
-	// whole link, the 1023 with it.
-	for range 100 {
-		if _, err := sess.OpenStream(); err != nil {
-			break
-		}
-	}
-	if _, err := sess.Ping(); err != nil {
-		t.Errorf("the link after a burst of 100 forwards past the cap: %v (every client spliced over it is cut)", err)
-	}
-}
-
-// A burst of new forwards on one link below the stream cap and the mux
-// accept backlog (256) — 200 clients reconnecting at once through one
-// relay to executors on another, as after a relay restart — is taken and
-// leaves the link and the clients already spliced over it alone. (Past
-// the backlog, under load, streams are reset while servePeer's accept
-// loop catches up; past the stream cap see
-// TestClusterAttackPeerLinkCarriesMoreThan1023Forwards.)
-func TestClusterAttackABurstOfForwardsDoesNotTearTheLinkDown(t *testing.T) {
-	t.Parallel()
-	tc := startAttackCluster(t, 2, atkOpts{})
-	r1 := tc.relays[0]
-	joinOne(t, r1.url(), "e1", r1.token(t, TokenJoin, CreateOptions{}), key(t), 0)
-	sess, err := atkPeerSession(t, r1, "r2")
-	if err != nil {
-		t.Fatal(err)
-	}
-	// A client already spliced over the link.
-	spliced, err := atkForward(t, sess, "e1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer spliced.Close()
-	for i := range 200 {
-		if _, err := sess.OpenStream(); err != nil {
-			t.Fatalf("stream %d of the burst: %v", i, err)
-		}
-	}
-	if _, err := sess.Ping(); err != nil {
-		t.Fatalf("the link after a burst of 200 forwards: %v", err)
-	}
-	if st, err := atkForward(t, sess, "e1"); err != nil {
-		t.Errorf("a forward after the burst: %v", err)
-	} else {
-		st.Close()
 	}
 }
 

@@ -82,6 +82,10 @@ type handshakeRequest struct {
 	// relay/data, admitted so far.
 	dataFor *joined
 	peer    [32]byte
+
+	// relay/forward from a peer relay, admitted: its executor (and slot).
+	forward *joined
+	fwd     protocol.RelayForwardParams
 }
 
 // handshakeRequest answers the request in a handshake's message 1. It
@@ -131,6 +135,18 @@ func (s *Server) handshakeRequest(peer [32]byte, remote string, payload []byte) 
 		hr.target, hr.tokID, hr.needFirst = t, tok.ID, len(p.Early) == 0
 		hr.reply, _ = transport.PayloadResult(m.ID, protocol.RelayConnectResult{ExecutorKey: fingerprint(t.key)})
 		return hr
+	case protocol.MethodRelayForward:
+		var p protocol.RelayForwardParams
+		if m.Params == nil || m.Params.Decode(&p) != nil || protocol.CheckExecutorID(p.ExecutorID) != nil {
+			return fail(m.ID, protocol.KindErrorf(protocol.KindInvalid, protocol.CodeInvalidParams, "relay/forward: a valid executorId is required"))
+		}
+		j, perr := s.forwardAllowed(peer, p, remote)
+		if perr != nil {
+			return fail(m.ID, perr)
+		}
+		hr.forward, hr.fwd = j, p
+		hr.reply, _ = transport.PayloadResult(m.ID, protocol.RelayConnectResult{ExecutorKey: fingerprint(j.key)})
+		return hr
 	case protocol.MethodRelayData:
 		var p protocol.RelayDataParams
 		if m.Params == nil || m.Params.Decode(&p) != nil || protocol.CheckExecutorID(p.ExecutorID) != nil {
@@ -172,6 +188,10 @@ func (hr *handshakeRequest) abandon(s *Server) {
 		hr.target.release()
 		hr.target = nil
 	}
+	if hr.forward != nil {
+		s.releaseSlot(hr.forward)
+		hr.forward = nil
+	}
 }
 
 // serveHandshakeRequest carries on after a handshake whose message 1
@@ -186,6 +206,8 @@ func (s *Server) serveHandshakeRequest(ctx context.Context, nc *transport.NoiseC
 	switch {
 	case hr.target != nil:
 		s.spliceEarly(nc, hr)
+	case hr.forward != nil:
+		s.serveForward(nc, hr)
 	case hr.dataFor != nil:
 		s.serveData(ctx, nc, hr)
 	default:

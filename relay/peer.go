@@ -2,37 +2,42 @@ package relay
 
 // Peer links and one-hop forwarding between the relays of a cluster.
 //
-// Every relay of a cluster has the same static key, so a relay dials a
-// peer exactly as a client dials a relay — Noise IK with the peer's key
+// Every relay of a cluster has the same static key, so a relay reaches a
+// peer exactly as a client reaches a relay — Noise IK with the peer's key
 // pinned (it is its own) — and the peer knows the initiator for a relay of
-// its cluster because the initiator proved it holds that key; the first
-// request, relay/peer, names the initiator, which must be in the member
-// list in etcd. The link is then one multiplexed session: per forwarded
-// client, the relay the client reached opens a stream and sends
+// its cluster because it proved it holds that key, and names a member of
+// the list in etcd.
 //
-//	relay/forward {executorId, client, tokenId} → {executorKey}
+// Forwarding: for each client that reached it for an executor joined to a
+// peer, a relay opens a connection of its own to the peer with
 //
-// and the peer splices the rest of the stream to the executor as it would
-// a client of its own (a data connection or a stream on the executor's
-// session). The client's end-to-end Noise channel with the executor runs
-// inside, untouched: both relays see its ciphertext only. The client's
-// token was redeemed by the first relay; the peer enforces its own bounds
-// (the executor's stream limit, draining).
+//	relay/forward {executorId, relay, client, tokenId} → {executorKey}
 //
-// One link per pair and direction, dialled on first need and kept while it
-// answers (the mux keep-alive); a failed dial is not retried for
-// peerRedialAfter, so a dead peer costs its forwards one failed attempt
-// each, not a dial each. Links are bounded by the members (one per
-// member), forwarded streams by maxForwardsPerLink per link.
+// in the handshake's payload (answered in message 2), then one Noise
+// record holding protocol.RelayForwardReady (so a replayed message 1 is
+// answered but never spliced), and from there on both relays splice the
+// connection raw — splice(2) where both ends are TCP — to the client on
+// one side and the executor on the other. The client's end-to-end Noise
+// channel is all that travels: both relays see its ciphertext only, and
+// neither spends a cycle of its own cryptography or multiplexing on it
+// (one multiplexed link carrying every forwarded client cost ~0.3 ms per
+// start-to-exit, the target's whole budget). The client's token was
+// redeemed by the first relay; the peer enforces its own bounds (the
+// executor's stream limit, draining).
+//
+// Health: each relay also keeps one link (relay/peer, a multiplexed
+// session kept alive by its pings) to every other member, dialled when
+// the member appears; /peers shows them.
 
 import (
+	"bytes"
 	"context"
 	"crypto/subtle"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"sort"
-	"sync/atomic"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -47,14 +52,10 @@ import (
 // peerRedialAfter is how long a failed dial to a peer is remembered.
 const peerRedialAfter = time.Second
 
-// forwardTimeout bounds one forwarding attempt (the link's dial and the
-// peer's answer): a peer that died without its link noticing yet costs a
-// client this long before the next holder is tried.
+// forwardTimeout bounds one forwarding attempt (the connection to the
+// peer and its answer): a peer that died without a reset costs a client
+// this long before the next holder is tried.
 const forwardTimeout = 3 * time.Second
-
-// maxForwardsPerLink bounds the streams a peer may have forwarded to this
-// relay at once over one link (two goroutines each while spliced).
-const maxForwardsPerLink = 16384
 
 // errNotMember: a peer link's dialler or target is not in the member list.
 var errNotMember = errors.New("not a member of the cluster")
@@ -69,8 +70,6 @@ type peerLink struct {
 	err   error
 	at    time.Time
 	since time.Time
-
-	forwards atomic.Uint64
 }
 
 func (l *peerLink) close() {
@@ -172,18 +171,20 @@ func (c *cluster) dial(l *peerLink) {
 }
 
 // forward asks the relays holding executor id, one after the other, for a
-// stream to it. found says whether any relay holds it.
-func (c *cluster) forward(ctx context.Context, p protocol.RelayForwardParams) (st net.Conn, key [32]byte, via string, found bool, err error) {
+// connection to it. found says whether any relay holds it.
+func (c *cluster) forward(ctx context.Context, p protocol.RelayForwardParams) (conn net.Conn, key [32]byte, via string, found bool, err error) {
+	p.Relay = c.cfg.RelayID
 	for _, rid := range c.holders(ctx, p.ExecutorID) {
 		found = true
-		actx, cancel := context.WithTimeout(ctx, forwardTimeout)
-		l, lerr := c.link(actx, rid)
-		if lerr != nil {
-			cancel()
-			err = lerr
+		c.mu.Lock()
+		m, ok := c.members[rid]
+		c.mu.Unlock()
+		if !ok {
+			err = fmt.Errorf("relay %s: %w", rid, errNotMember)
 			continue
 		}
-		st, res, ferr := l.conn.Forward(actx, p)
+		actx, cancel := context.WithTimeout(ctx, forwardTimeout)
+		conn, res, ferr := relayclient.Forward(actx, fmt.Sprintf(c.url, m.Addr), c.s.cfg.Key, relayclient.Options{HandshakeTimeout: forwardTimeout}, p)
 		cancel()
 		if ferr != nil {
 			err = ferr
@@ -191,18 +192,45 @@ func (c *cluster) forward(ctx context.Context, p protocol.RelayForwardParams) (s
 		}
 		k, kerr := identity.ParsePublicKey(res.ExecutorKey)
 		if kerr != nil {
-			st.Close()
+			conn.Close()
 			err = kerr
 			continue
 		}
-		l.forwards.Add(1)
 		c.forwarded.Add(1)
-		return st, [32]byte(k), rid, true, nil
+		c.mu.Lock()
+		c.forwards[rid]++
+		c.mu.Unlock()
+		return conn, [32]byte(k), rid, true, nil
 	}
 	if found {
 		c.forwardFail.Add(1)
 	}
 	return nil, key, "", found, err
+}
+
+// linkLoop keeps a link to every other member (for health), checking
+// every peerRedialAfter.
+func (c *cluster) linkLoop() {
+	t := time.NewTicker(peerRedialAfter)
+	defer t.Stop()
+	for {
+		c.mu.Lock()
+		var want []string
+		for id := range c.members {
+			if id != c.cfg.RelayID && c.peers[id] == nil {
+				want = append(want, id)
+			}
+		}
+		c.mu.Unlock()
+		for _, id := range want {
+			go c.link(c.ctx, id)
+		}
+		select {
+		case <-c.ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
 }
 
 // servePeer serves a peer link: the initiator proved it holds the
@@ -220,22 +248,14 @@ func (s *Server) servePeer(ctx context.Context, sess *transport.MuxSession, mc *
 		return
 	}
 	s.log.Info("peer link accepted", zap.String("peer", p.Relay), zap.String("remote", remote))
-	slots := make(chan struct{}, maxForwardsPerLink)
+	// The link carries the peer's pings only (health); a stream opened on
+	// it is refused.
 	for {
 		st, err := sess.AcceptStream()
 		if err != nil {
 			return
 		}
-		select {
-		case slots <- struct{}{}:
-		default:
-			st.Close()
-			continue
-		}
-		go func() {
-			defer func() { <-slots }()
-			s.serveForward(ctx, st, p.Relay)
-		}()
+		st.Close()
 	}
 }
 
@@ -254,45 +274,65 @@ func (c *cluster) isMember(ctx context.Context, id string) bool {
 	return err == nil && len(resp.Kvs) == 1
 }
 
-// serveForward splices one forwarded client to an executor joined here.
-func (s *Server) serveForward(ctx context.Context, st net.Conn, from string) {
-	defer st.Close()
-	mc := transport.NewMsgpackConn(st, maxControlFrame)
-	st.SetReadDeadline(time.Now().Add(s.cfg.HandshakeTimeout))
-	m, err := mc.ReadMessage(ctx)
-	st.SetReadDeadline(time.Time{})
-	if err != nil {
-		return
+// forwardAllowed admits a relay/forward (in a handshake's payload): the
+// initiator presented the cluster's key and names a member, not this
+// relay, and the executor is joined here with room for one more client.
+// It takes a slot (releaseSlot gives it back).
+func (s *Server) forwardAllowed(peer [32]byte, p protocol.RelayForwardParams, remote string) (*joined, *protocol.Error) {
+	if !s.isClusterKey(peer) {
+		return nil, protocol.KindErrorf(protocol.KindRefused, protocol.CodeInvalidRequest, "relay/forward: only a relay of this cluster may forward")
 	}
-	var p protocol.RelayForwardParams
-	if m.Kind != transport.KindRequest || m.Method != protocol.MethodRelayForward || m.Params == nil || m.Params.Decode(&p) != nil || protocol.CheckExecutorID(p.ExecutorID) != nil {
-		mc.WriteError(ctx, m.ID, protocol.KindErrorf(protocol.KindInvalid, protocol.CodeInvalidRequest, "relay/forward: a valid executorId is required"))
-		return
+	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.HandshakeTimeout)
+	defer cancel()
+	if p.Relay == s.cluster.cfg.RelayID || !s.cluster.isMember(ctx, p.Relay) {
+		s.log.Warn("forward refused: the relay key was presented, but not by a member of the cluster", zap.String("remote", remote), zap.String("claims", p.Relay))
+		return nil, protocol.KindErrorf(protocol.KindRefused, protocol.CodeInvalidRequest, "relay/forward: %q is %v", p.Relay, errNotMember)
 	}
 	j, perr := s.takeSlot(p.ExecutorID)
 	if perr == nil && j == nil {
 		perr = protocol.KindErrorf(protocol.KindUnavailable, protocol.CodeNotFound, "relay/forward: executor %s is not joined to relay %s", p.ExecutorID, s.cluster.cfg.RelayID)
 	}
-	if perr != nil {
-		mc.WriteError(ctx, m.ID, perr)
+	return j, perr
+}
+
+// forwardReady is what the forwarding relay's first record holds.
+var forwardReady = []byte(protocol.RelayForwardReady)
+
+// serveForward splices a forwarded client to an executor joined here,
+// once the forwarding relay's first record has proved it holds the
+// handshake's keys.
+func (s *Server) serveForward(nc *transport.NoiseConn, hr *handshakeRequest) {
+	j, p := hr.forward, hr.fwd
+	defer s.releaseSlot(j)
+	nc.SetReadDeadline(time.Now().Add(s.cfg.HandshakeTimeout))
+	got := make([]byte, len(forwardReady))
+	_, err := io.ReadFull(nc, got)
+	nc.SetReadDeadline(time.Time{})
+	if err != nil || !bytes.Equal(got, forwardReady) {
+		s.log.Debug("forward not confirmed", zap.String("executor", p.ExecutorID), zap.String("remote", hr.remote), zap.Error(err))
 		return
 	}
-	defer s.releaseSlot(j)
+	raw, err := nc.Detach()
+	if err != nil {
+		return
+	}
+	defer raw.Conn.Close()
 	up, dc, err := s.openTarget(j)
 	if err != nil {
-		mc.WriteError(ctx, m.ID, protocol.KindErrorf(protocol.KindUnavailable, protocol.CodeNotFound, "relay/forward: executor %s is offline", p.ExecutorID))
 		return
 	}
 	defer s.closeTarget(j, up, dc)
-	if err := mc.WriteResult(ctx, m.ID, protocol.RelayConnectResult{ExecutorKey: fingerprint(j.key)}); err != nil {
-		return
+	if ahead := raw.TakePrefix(); len(ahead) > 0 {
+		if _, err := up.Write(ahead); err != nil {
+			return
+		}
 	}
-	s.log.Info("client connected", zap.String("client", p.Client), zap.String("executor", p.ExecutorID), zap.String("via", from),
+	s.log.Info("client connected", zap.String("client", p.Client), zap.String("executor", p.ExecutorID), zap.String("via", p.Relay),
 		zap.String("outcome", "spliced"), zap.String("token_id", p.TokenID), zap.Bool("data_conn", dc != nil), zap.Bool("forwarded", true))
 	start := time.Now()
-	n := splice(st, up)
+	n := splice(raw.Conn, up)
 	s.splicedBytes.Add(n)
-	s.log.Info("client disconnected", zap.String("client", p.Client), zap.String("executor", p.ExecutorID), zap.String("via", from), zap.Uint64("bytes", n), zap.Duration("duration", time.Since(start)))
+	s.log.Info("client disconnected", zap.String("client", p.Client), zap.String("executor", p.ExecutorID), zap.String("via", p.Relay), zap.Uint64("bytes", n), zap.Duration("duration", time.Since(start)))
 }
 
 // isClusterKey says whether a Noise peer presented the relay's own key:
@@ -309,7 +349,7 @@ type PeerStatus struct {
 	Linked    bool      `json:"linked"`          // a link from this relay is up
 	Since     time.Time `json:"since,omitzero"`  // when it came up
 	LastError string    `json:"error,omitempty"` // the last failed dial's
-	Forwards  uint64    `json:"forwards"`        // clients forwarded over it
+	Forwards  uint64    `json:"forwards"`        // clients forwarded to it
 }
 
 // Peers lists the cluster's other members and this relay's links to
@@ -336,8 +376,8 @@ func (s *Server) Peers() []PeerStatus {
 				}
 			default:
 			}
-			ps.Forwards = l.forwards.Load()
 		}
+		ps.Forwards = c.forwards[id]
 		out = append(out, ps)
 	}
 	c.mu.Unlock()

@@ -56,10 +56,11 @@
 // so exactly one of any number of relays wins), each relay records which
 // executors are joined to it (presence, under its etcd lease), and a
 // client that reaches a relay its executor is not joined to is forwarded
-// one hop, over a peer link, to a relay it is joined to:
+// one hop, on a connection of its own spliced raw, to a relay it is
+// joined to (peer.go):
 //
-//	relay/peer    {relay}                          relay → relay, first request of a peer link
-//	relay/forward {executorId, client, tokenId} → {executorKey}   a stream per forwarded client
+//	relay/forward {executorId, relay, client, tokenId} → {executorKey}   in the handshake, per forwarded client
+//	relay/peer    {relay}                                              a health link's first request
 //
 // relay/join's answer names the cluster's members, so executors keep
 // sessions on several of them (executor.JoinConfig.RelayConnections).
@@ -592,13 +593,7 @@ func (s *Server) serve(ctx context.Context, c net.Conn, hs chan struct{}) {
 		s.serveHandshakeRequest(ctx, nc, hr)
 		return
 	}
-	mcfg := s.cfg.Mux
-	if s.isClusterKey([32]byte(nc.PeerStatic())) {
-		// A peer link carries up to maxForwardsPerLink clients (and its
-		// control stream), which may arrive in bursts.
-		mcfg.MaxStreams, mcfg.AcceptBacklog = maxForwardsPerLink+1, maxForwardsPerLink
-	}
-	sess, err := transport.MuxServer(nc, mcfg)
+	sess, err := transport.MuxServer(nc, s.cfg.Mux)
 	if err != nil {
 		return
 	}

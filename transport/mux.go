@@ -57,9 +57,6 @@ type MuxConfig struct {
 	MaxInboundStreams int
 	// AcceptBacklog bounds streams opened but not yet accepted.
 	AcceptBacklog int
-	// MaxStreams bounds the streams the peer may have open at once on
-	// the session (0: mux's default, 1024).
-	MaxStreams int
 }
 
 // DefaultMuxConfig returns the defaults documented on MuxConfig.
@@ -97,7 +94,6 @@ func (c MuxConfig) mux() mux.Config {
 		KeepAlive:       c.KeepAlive,
 		WriteTimeout:    c.ConnectionWriteTimeout,
 		AcceptBacklog:   c.AcceptBacklog,
-		MaxStreams:      c.MaxStreams,
 	}
 }
 

@@ -22,9 +22,8 @@
 // A refusal comes back as the relay's *protocol.Error itself, unwrapped:
 // callers decide by protocol.KindOf and its code, never by its text.
 //
-// Forward is the one call of a relay's peer link (a Conn a relay dials to
-// another relay of its cluster with the shared key, package relay's
-// cluster code): a stream per forwarded client.
+// A relay of a cluster uses it too: Dial for its peer links (health),
+// Forward for each client it forwards to a peer.
 //
 // The package depends on transport, protocol and identity only.
 package relayclient
@@ -201,43 +200,30 @@ func (c *Conn) Connect(ctx context.Context, executorID, token string) (net.Conn,
 	return c.ctl, k, nil
 }
 
-// Forward opens a new stream on a peer link (a Conn dialled with the
-// cluster's relay key, after relay/peer) and asks the peer relay to splice
-// it to executorID, joined there (relay/forward). On success the stream
-// carries the client's bytes to the executor: the caller splices it to
-// the client's own stream.
-func (c *Conn) Forward(ctx context.Context, p protocol.RelayForwardParams) (net.Conn, protocol.RelayConnectResult, error) {
+// Forward asks a peer relay of the cluster (url; key is the cluster's
+// key, which the peer holds too) for a connection to executorID, joined
+// there (relay/forward in the handshake, PROTOCOL.md section 9.8). The
+// returned connection carries raw bytes from then on: the caller splices
+// it to the client's own connection.
+func Forward(ctx context.Context, url string, key noise.DHKey, opts Options, p protocol.RelayForwardParams) (net.Conn, protocol.RelayConnectResult, error) {
 	var res protocol.RelayConnectResult
-	st, err := c.sess.OpenStream()
+	nc, err := handshakeCall(ctx, url, key, opts, protocol.MethodRelayForward, p, &res)
 	if err != nil {
-		return nil, res, fmt.Errorf("%s: %w", protocol.MethodRelayForward, err)
-	}
-	stop := context.AfterFunc(ctx, func() { st.SetDeadline(time.Unix(1, 0)) })
-	mc := transport.NewMsgpackConn(st, protocol.MaxMessageBytes)
-	m, err := mc.Call(ctx, transport.IntID(1), protocol.MethodRelayForward, p)
-	if !stop() {
-		st.Close()
-		return nil, res, fmt.Errorf("%s: %w", protocol.MethodRelayForward, ctx.Err())
-	}
-	switch {
-	case err != nil:
-		err = fmt.Errorf("%s: %w", protocol.MethodRelayForward, err)
-	case m.Kind != transport.KindResponse:
-		err = fmt.Errorf("%s: the peer sent another message (kind %d) instead of a reply", protocol.MethodRelayForward, m.Kind)
-	case m.Error != nil:
-		err = m.Error
-	case m.Result == nil:
-		err = fmt.Errorf("%s: the reply has no result", protocol.MethodRelayForward)
-	default:
-		if derr := m.Result.Decode(&res); derr != nil {
-			err = fmt.Errorf("%s: %w", protocol.MethodRelayForward, derr)
-		}
-	}
-	if err != nil {
-		st.Close()
 		return nil, res, err
 	}
-	return st, res, nil
+	nc.SetWriteDeadline(time.Now().Add(cmpOr(opts.HandshakeTimeout, transport.DefaultHandshakeTimeout)))
+	_, err = nc.Write([]byte(protocol.RelayForwardReady))
+	nc.SetWriteDeadline(time.Time{})
+	if err != nil {
+		nc.Close()
+		return nil, res, fmt.Errorf("%s: %w", protocol.MethodRelayForward, err)
+	}
+	raw, err := nc.Detach()
+	if err != nil {
+		nc.Close()
+		return nil, res, err
+	}
+	return raw, res, nil
 }
 
 // Executors lists the joined executors that a client token may reach
