@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 
@@ -35,7 +36,11 @@ func (r *Remote) StartProcess(ctx context.Context, params protocol.ExecParams) (
 	}
 	defer func() { end(err) }()
 	var res protocol.StartResult
-	if err := r.call(ctx, false, protocol.MethodProcessStart, params, &res); err != nil {
+	err = r.call(ctx, false, protocol.MethodProcessStart, params, &res)
+	if errors.Is(err, errTransport) {
+		err = r.recoverStart(ctx, p, params, &res)
+	}
+	if err != nil {
 		r.forget(p)
 		return nil, protocol.StartResult{}, err
 	}
@@ -46,6 +51,45 @@ func (r *Remote) StartProcess(ctx context.Context, params protocol.ExecParams) (
 	}
 	return p, res, nil
 }
+
+// recoverStart settles a process/start whose connection dropped before
+// its answer — a relay of a cluster killed, a network blip — once the
+// session has resumed: the process id is the client's, so the executor
+// is asked whether it has the process (process/read): if it does, the
+// start ran and the process is this one (its pid is not known: 0); if it
+// says the id is unknown, the start never arrived and is sent again. A
+// start is never run twice. It gives up (the transport error) when the
+// session cannot resume or ctx ends.
+func (r *Remote) recoverStart(ctx context.Context, p *Process, params protocol.ExecParams, res *protocol.StartResult) error {
+	if r.cfg.NoResume {
+		return fmt.Errorf("%s: %w", protocol.MethodProcessStart, errTransport)
+	}
+	for attempt := 0; ; attempt++ {
+		zero, none := uint64(0), uint64(0)
+		var rr protocol.ReadResult
+		err := r.call(ctx, true, protocol.MethodProcessRead, protocol.ReadParams{ProcessID: params.ProcessID, AfterSeq: &zero, MaxBytes: &none, WaitMs: &zero}, &rr)
+		switch {
+		case err == nil:
+			*res = protocol.StartResult{ProcessID: params.ProcessID}
+			// Its events so far went to the dropped connection: read
+			// them back, as a resume does for every started process.
+			p.started.Store(true)
+			go r.catchUp(p)
+			return nil
+		case protocol.KindOf(err) != protocol.KindNotFound:
+			return fmt.Errorf("%s: %w (checking whether it ran: %v)", protocol.MethodProcessStart, errTransport, err)
+		case attempt == maxStartRecoveries:
+			return fmt.Errorf("%s: %w (the connection dropped under it %d times)", protocol.MethodProcessStart, errTransport, attempt+1)
+		}
+		err = r.call(ctx, false, protocol.MethodProcessStart, params, res)
+		if !errors.Is(err, errTransport) {
+			return err
+		}
+	}
+}
+
+// maxStartRecoveries bounds the starts recoverStart sends again.
+const maxStartRecoveries = 3
 
 // prepareStart completes params (a process id, an environment, trace
 // context) and registers the process, so that no early event is missed;

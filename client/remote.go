@@ -218,11 +218,15 @@ func newRemoteStart(ctx context.Context, url string, dial dialFunc, cfg Config, 
 	}
 	var res protocol.StartResult
 	if err := start.Wait(sctx, &res); err != nil {
-		r.forget(p)
 		if errors.Is(err, ErrClosed) {
-			err = fmt.Errorf("%s: %w: %v", protocol.MethodProcessStart, errTransport, err)
+			// The connection dropped under the start: settle it on the
+			// resumed session.
+			err = r.recoverStart(sctx, p, params, &res)
 		}
-		return r, nil, protocol.StartResult{}, err
+		if err != nil {
+			r.forget(p)
+			return r, nil, protocol.StartResult{}, err
+		}
 	}
 	p.pid = res.Pid
 	p.started.Store(true)
