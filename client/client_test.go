@@ -97,13 +97,16 @@ func ctxT(t *testing.T) context.Context {
 var testEnv = map[string]string{"PATH": "/usr/local/bin:/usr/bin:/bin"}
 
 // proxy forwards TCP connections to target and can cut them all, as a
-// network failure would; it records every byte that crosses it.
+// network failure would; it records every byte that crosses it. While up
+// (or down) is held it swallows what the client (or the executor) sends,
+// as a path dying under a request would.
 type proxy struct {
-	ln     net.Listener
-	target string
-	mu     sync.Mutex
-	conns  []net.Conn
-	seen   bytes.Buffer
+	ln       net.Listener
+	target   string
+	mu       sync.Mutex
+	conns    []net.Conn
+	seen     bytes.Buffer
+	up, down atomic.Bool
 }
 
 func startProxy(t *testing.T, target string) *proxy {
@@ -127,18 +130,18 @@ func startProxy(t *testing.T, target string) *proxy {
 			p.mu.Lock()
 			p.conns = append(p.conns, c, u)
 			p.mu.Unlock()
-			go p.pipe(c, u)
-			go p.pipe(u, c)
+			go p.pipe(c, u, &p.down)
+			go p.pipe(u, c, &p.up)
 		}
 	}()
 	return p
 }
 
-func (p *proxy) pipe(dst, src net.Conn) {
+func (p *proxy) pipe(dst, src net.Conn, hold *atomic.Bool) {
 	buf := make([]byte, 64<<10)
 	for {
 		n, err := src.Read(buf)
-		if n > 0 {
+		if n > 0 && !hold.Load() {
 			p.mu.Lock()
 			if p.seen.Len() < 64<<20 {
 				p.seen.Write(buf[:n])
@@ -282,8 +285,8 @@ func TestResumeReportsLostOutputExplicitly(t *testing.T) {
 				return
 			}
 			u, _ := net.Dial("tcp", px.target)
-			go px.pipe(c, u)
-			go px.pipe(u, c)
+			go px.pipe(c, u, &px.down)
+			go px.pipe(u, c, &px.up)
 		}
 	}()
 	var failure error
