@@ -7,14 +7,12 @@ package relay
 // bug (see the comment on each).
 
 import (
-	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net"
-	"path/filepath"
 	"runtime"
 	"slices"
 	"strings"
@@ -24,82 +22,15 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap/zaptest"
 
 	"github.com/outpost-exec/outpost/client"
 	"github.com/outpost-exec/outpost/identity"
-	"github.com/outpost-exec/outpost/internal/etcdtest"
 	"github.com/outpost-exec/outpost/protocol"
 	"github.com/outpost-exec/outpost/relay/relayclient"
 	"github.com/outpost-exec/outpost/transport"
 )
 
 // ---- helpers ---------------------------------------------------------------
-
-// atkOpts tunes startAttackCluster.
-type atkOpts struct {
-	etcdMembers int                    // etcd members (1 by default, or 3)
-	etcdTokens  bool                   // each relay a token store on the cluster's etcd (as in production), not one shared bbolt file
-	clientOf    func(i int) []int      // the etcd members relay i's client talks to (all by default)
-	tune        func(i int, c *Config) // relay i's configuration (the lease is DefaultLeaseTTL: 2 s detaches a relay on a loaded machine's etcd stall)
-}
-
-// startAttackCluster is startCluster with knobs.
-func startAttackCluster(t *testing.T, n int, o atkOpts) *testCluster {
-	t.Helper()
-	etcd := etcdtest.Start(t, cmp.Or(o.etcdMembers, 1))
-	tc := &testCluster{etcd: etcd, prefix: "/outpost-atk"}
-	var shared *Store
-	if !o.etcdTokens {
-		s, err := OpenStore(filepath.Join(t.TempDir(), "relay.db"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		shared = s
-	}
-	k := key(t)
-	for i := range n {
-		tc.relays = append(tc.relays, tc.atkStartRelay(t, fmt.Sprintf("r%d", i+1), k, shared, o, i))
-	}
-	tc.waitMembers(t, n)
-	return tc
-}
-
-// atkStartRelay starts relay id of tc (index i for o's functions); a nil
-// tokens is a store on the cluster's etcd.
-func (tc *testCluster) atkStartRelay(t *testing.T, id string, k identity.Key, tokens *Store, o atkOpts, i int) *testRelay {
-	t.Helper()
-	var eps []int
-	if o.clientOf != nil {
-		eps = o.clientOf(i)
-	}
-	cli := tc.etcd.Client(t, eps...)
-	if tokens == nil {
-		s, err := NewEtcdStore(cli, tc.prefix, 5*time.Second)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { s.Close() })
-		tokens = s
-	}
-	addr := freeAddr(t)
-	cfg := Config{Key: k.Keypair(), Tokens: tokens, Logger: zaptest.NewLogger(t).Named(id),
-		Cluster: &ClusterConfig{Client: cli, Prefix: tc.prefix, RelayID: id, Advertise: addr, LeaseTTL: DefaultLeaseTTL}}
-	if o.tune != nil {
-		o.tune(i, &cfg)
-	}
-	srv, err := NewServer(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := srv.Listen(addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := &testRelay{srv: srv, ln: ln, key: k, tokens: tokens, addr: ln.Addr().String()}
-	t.Cleanup(func() { ln.Close(); srv.Close() })
-	return r
-}
 
 // atkEtcdPut writes value at prefix/rest, with no lease.
 func atkEtcdPut(t *testing.T, cli *clientv3.Client, tc *testCluster, rest, value string) {
@@ -158,78 +89,53 @@ func atkPresence(t *testing.T, k identity.Key) string {
 // of forwards it took.
 func atkHungPeer(t *testing.T, k identity.Key) (string, *atomic.Int64) {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var mu sync.Mutex
-	var conns []net.Conn
 	var forwards atomic.Int64
-	t.Cleanup(func() {
-		ln.Close()
-		mu.Lock()
-		defer mu.Unlock()
-		for _, c := range conns {
+	hang := make(chan struct{})
+	t.Cleanup(func() { close(hang) })
+	addr := atkListen(t, func(c net.Conn) {
+		ctx := context.Background()
+		nc, err := transport.NoiseResponder(ctx, c, transport.NoiseConfig{Static: k.Keypair(), Purpose: Purpose, HandshakeTimeout: time.Hour,
+			Authorize: func(_, payload []byte) error {
+				if len(payload) > 0 { // relay/forward: never answered
+					forwards.Add(1)
+					<-hang
+					return errors.New("gone")
+				}
+				return nil
+			}})
+		if err != nil {
 			c.Close()
+			return
 		}
-	})
-	go func() {
+		sess, err := transport.MuxServer(nc, transport.DefaultMuxConfig())
+		if err != nil {
+			return
+		}
+		ctl, err := sess.AcceptStream()
+		if err != nil {
+			return
+		}
+		mc := transport.NewMsgpackConn(ctl, maxControlFrame)
+		m, err := mc.ReadMessage(ctx)
+		if err != nil {
+			return
+		}
+		mc.WriteResult(ctx, m.ID, protocol.Empty{})
 		for {
-			c, err := ln.Accept()
+			st, err := sess.AcceptStream()
 			if err != nil {
 				return
 			}
-			mu.Lock()
-			conns = append(conns, c)
-			mu.Unlock()
-			go func() {
-				ctx := context.Background()
-				hang := make(chan struct{})
-				t.Cleanup(func() { close(hang) })
-				nc, err := transport.NoiseResponder(ctx, c, transport.NoiseConfig{Static: k.Keypair(), Purpose: Purpose, HandshakeTimeout: time.Hour,
-					Authorize: func(_, payload []byte) error {
-						if len(payload) > 0 { // relay/forward: never answered
-							forwards.Add(1)
-							<-hang
-							return errors.New("gone")
-						}
-						return nil
-					}})
-				if err != nil {
-					c.Close()
-					return
-				}
-				sess, err := transport.MuxServer(nc, transport.DefaultMuxConfig())
-				if err != nil {
-					return
-				}
-				ctl, err := sess.AcceptStream()
-				if err != nil {
-					return
-				}
-				mc := transport.NewMsgpackConn(ctl, maxControlFrame)
-				m, err := mc.ReadMessage(ctx)
-				if err != nil {
-					return
-				}
-				mc.WriteResult(ctx, m.ID, protocol.Empty{})
-				for {
-					st, err := sess.AcceptStream()
-					if err != nil {
-						return
-					}
-					st.Close()
-				}
-			}()
+			st.Close()
 		}
-	}()
-	return ln.Addr().String(), &forwards
+	})
+	return addr, &forwards
 }
 
-// atkSilentListener accepts TCP connections and never says a word: a member
-// whose host is up but whose relay is wedged (or a stale address now
-// taken by something else).
-func atkSilentListener(t *testing.T) string {
+// atkListen accepts TCP connections on a loopback port, each served by
+// serve on a goroutine of its own (nil: left silent), and closes them all
+// when the test ends.
+func atkListen(t *testing.T, serve func(net.Conn)) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -254,9 +160,20 @@ func atkSilentListener(t *testing.T) string {
 			mu.Lock()
 			conns = append(conns, c)
 			mu.Unlock()
+			if serve != nil {
+				go serve(c)
+			}
 		}
 	}()
 	return ln.Addr().String()
+}
+
+// atkSilentListener accepts TCP connections and never says a word: a member
+// whose host is up but whose relay is wedged (or a stale address now
+// taken by something else).
+func atkSilentListener(t *testing.T) string {
+	t.Helper()
+	return atkListen(t, nil)
 }
 
 // atkPeerSession opens a peer link to r with the cluster's key, as relay
@@ -381,7 +298,7 @@ func atkPoll(d time.Duration, cond func() bool) bool {
 // never forwards a forwarded client: no A→B→A loop).
 func TestClusterAttackPeerMethodsAreClosedToClients(t *testing.T) {
 	t.Parallel()
-	tc := startAttackCluster(t, 2, atkOpts{})
+	tc := startClusterWith(t, 2, clusterOpts{})
 	r1, r2 := tc.relays[0], tc.relays[1]
 	joinOne(t, r1.url(), "x1", r1.token(t, TokenJoin, CreateOptions{}), key(t), 0)
 	joinOne(t, r2.url(), "y1", r2.token(t, TokenJoin, CreateOptions{}), key(t), 0)
@@ -474,7 +391,7 @@ func TestClusterAttackPeerMethodsAreClosedToClients(t *testing.T) {
 // the handshake), and the listing through any relay shows what it allows.
 func TestClusterAttackForwardingKeepsTheTokenACL(t *testing.T) {
 	t.Parallel()
-	tc := startAttackCluster(t, 2, atkOpts{})
+	tc := startClusterWith(t, 2, clusterOpts{})
 	r1, r2 := tc.relays[0], tc.relays[1]
 	ea := joinOne(t, r1.url(), "exec-a", r1.token(t, TokenJoin, CreateOptions{}), key(t), 0)
 	eb := joinOne(t, r1.url(), "exec-b", r1.token(t, TokenJoin, CreateOptions{}), key(t), 0)
@@ -524,7 +441,7 @@ func TestClusterAttackForwardingKeepsTheTokenACL(t *testing.T) {
 // Tokens in etcd, one store per relay, as in production.
 func TestClusterAttackSingleUseTokenIsRedeemedOnceAcrossRelays(t *testing.T) {
 	t.Parallel()
-	tc := startAttackCluster(t, 3, atkOpts{etcdTokens: true})
+	tc := startClusterWith(t, 3, clusterOpts{etcdTokens: true})
 	r1 := tc.relays[0]
 	joinOne(t, r1.url(), "e1", r1.token(t, TokenJoin, CreateOptions{}), key(t), 0)
 	waitFor(t, testTimeout, "presence everywhere", func() bool {
@@ -583,7 +500,7 @@ func TestClusterAttackSingleUseTokenIsRedeemedOnceAcrossRelays(t *testing.T) {
 // attempt (forwardTimeout), then the next holder serves it — on the mux
 // path and in the handshake.
 func TestClusterAttackHungPeerCostsOneBoundedAttempt(t *testing.T) {
-	tc := startAttackCluster(t, 2, atkOpts{})
+	tc := startClusterWith(t, 2, clusterOpts{})
 	r1, r2 := tc.relays[0], tc.relays[1]
 	ek := key(t)
 	e := joinOne(t, r1.url(), "e1", r1.token(t, TokenJoin, CreateOptions{}), ek, 0)
@@ -633,7 +550,7 @@ func TestClusterAttackHungPeerCostsOneBoundedAttempt(t *testing.T) {
 // r2's HandshakeTimeout is 5 s here to keep the test short; the default
 // is 10 s.
 func TestClusterAttackSilentMemberDialIsBoundedByTheForwardTimeout(t *testing.T) {
-	tc := startAttackCluster(t, 2, atkOpts{tune: func(i int, c *Config) {
+	tc := startClusterWith(t, 2, clusterOpts{tune: func(i int, c *Config) {
 		if i == 1 {
 			c.HandshakeTimeout = 5 * time.Second
 		}
@@ -666,7 +583,7 @@ func TestClusterAttackSilentMemberDialIsBoundedByTheForwardTimeout(t *testing.T)
 // reached ends), and the forwarding relay lets go of the splice and the
 // link.
 func TestClusterAttackHolderDyingMidStreamEndsTheClientsStream(t *testing.T) {
-	tc := startAttackCluster(t, 2, atkOpts{})
+	tc := startClusterWith(t, 2, clusterOpts{})
 	r1, r2 := tc.relays[0], tc.relays[1]
 	joinOne(t, r1.url(), "e1", r1.token(t, TokenJoin, CreateOptions{}), key(t), 0)
 	waitFor(t, testTimeout, "presence at r2", func() bool { return r2.srv.Stats().ClusterExecutors == 1 })
@@ -709,7 +626,7 @@ func TestClusterAttackHolderDyingMidStreamEndsTheClientsStream(t *testing.T) {
 // clients to a relay that does not hold it. probeLocked (a dead session
 // removed when its successor's join gives up) has the same hole.
 func TestClusterAttackRevokedExecutorLeavesNoGhostPresence(t *testing.T) {
-	tc := startAttackCluster(t, 2, atkOpts{tune: func(_ int, c *Config) { c.RevocationPoll = 100 * time.Millisecond }})
+	tc := startClusterWith(t, 2, clusterOpts{tune: func(_ int, c *Config) { c.RevocationPoll = 100 * time.Millisecond }})
 	r1, r2 := tc.relays[0], tc.relays[1]
 	joinOne(t, r1.url(), "e1", r1.token(t, TokenJoin, CreateOptions{}), key(t), 0)
 	waitFor(t, testTimeout, "presence at r2", func() bool { return r2.srv.Stats().ClusterExecutors == 1 })
@@ -736,7 +653,7 @@ func TestClusterAttackRevokedExecutorLeavesNoGhostPresence(t *testing.T) {
 // left no presence is left anywhere, and a final join is listed at its
 // relay only. Under -race this also covers Server.mu / cluster.mu.
 func TestClusterAttackJoinLeaveChurnLeavesNoGhosts(t *testing.T) {
-	tc := startAttackCluster(t, 3, atkOpts{})
+	tc := startClusterWith(t, 3, clusterOpts{})
 	r1, r2, r3 := tc.relays[0], tc.relays[1], tc.relays[2]
 	k := key(t)
 	if e := rawJoin(t, r1, k, "churn", r1.token(t, TokenJoin, CreateOptions{})); e != nil {
@@ -854,7 +771,7 @@ func TestClusterAttackJoinLeaveChurnLeavesNoGhosts(t *testing.T) {
 // clients keep reaching an executor that still has a session on the
 // draining relay.
 func TestClusterAttackDrainingHolderRefusesForwards(t *testing.T) {
-	tc := startAttackCluster(t, 3, atkOpts{})
+	tc := startClusterWith(t, 3, clusterOpts{})
 	r1, r2, r3 := tc.relays[0], tc.relays[1], tc.relays[2]
 	k := key(t)
 	joinOne(t, r2.url(), "e1", r2.token(t, TokenJoin, CreateOptions{}), k, 0)
@@ -910,7 +827,7 @@ func TestClusterAttackDrainingHolderRefusesForwards(t *testing.T) {
 // on how gRPC sees the dead member: on some runs it fails at once and
 // this part passes; an etcd that drops packets always costs the 5 s.)
 func TestClusterAttackPartitionedRelayDetachesAndComesBack(t *testing.T) {
-	tc := startAttackCluster(t, 2, atkOpts{etcdMembers: 3, clientOf: func(i int) []int {
+	tc := startClusterWith(t, 2, clusterOpts{etcdMembers: 3, clientOf: func(i int) []int {
 		if i == 0 {
 			return []int{0}
 		}
@@ -987,7 +904,7 @@ func TestClusterAttackPartitionedRelayDetachesAndComesBack(t *testing.T) {
 // TestClusterAttackListingOfSixHundredExecutors.
 func TestClusterAttackJunkUnderThePrefix(t *testing.T) {
 	t.Parallel()
-	tc := startAttackCluster(t, 2, atkOpts{})
+	tc := startClusterWith(t, 2, clusterOpts{})
 	r1, r2 := tc.relays[0], tc.relays[1]
 	cli := tc.etcd.Client(t)
 	huge, _ := json.Marshal(presenceRecord{Fingerprint: "x", Labels: map[string]string{"big": strings.Repeat("x", 900<<10)}})
@@ -1053,10 +970,10 @@ func TestClusterAttackJunkUnderThePrefix(t *testing.T) {
 // client reaches its executors through another relay.
 func TestClusterAttackSameRelayIDTwiceKeepsTheNewOneAMember(t *testing.T) {
 	t.Parallel()
-	tc := startAttackCluster(t, 2, atkOpts{})
+	tc := startClusterWith(t, 2, clusterOpts{})
 	r1, r2 := tc.relays[0], tc.relays[1]
 	// The new r1 starts before the old one drains.
-	r1b := tc.atkStartRelay(t, "r1", r1.key, r1.tokens, atkOpts{}, -1)
+	r1b := tc.startRelay(t, "r1", r1.key, r1.tokens, clusterOpts{}, -1)
 	waitFor(t, testTimeout, "r2 sees r1 at the new address", func() bool { return atkMemberAddr(r2, "r1") == r1b.addr })
 	joinOne(t, r1b.url(), "e1", r1b.token(t, TokenJoin, CreateOptions{}), key(t), 0)
 	waitFor(t, testTimeout, "r2 sees e1 on r1", func() bool { return slices.Equal(atkHolders(r2, "e1"), []string{"r1"}) })
@@ -1101,7 +1018,7 @@ func TestClusterAttackSameRelayIDTwiceKeepsTheNewOneAMember(t *testing.T) {
 // to keep the test short.
 func TestClusterAttackListingOfSixHundredExecutors(t *testing.T) {
 	t.Parallel()
-	tc := startAttackCluster(t, 2, atkOpts{})
+	tc := startClusterWith(t, 2, clusterOpts{})
 	r1 := tc.relays[0]
 	cli := tc.etcd.Client(t)
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
@@ -1128,7 +1045,7 @@ func TestClusterAttackListingOfSixHundredExecutors(t *testing.T) {
 // handshake on the relay, executors' joins included. MaxHandshakes is 4
 // here to keep the test small; the default 256 is as many early connects.
 func TestClusterAttackForwardsInTheHandshakeDoNotStarveOtherHandshakes(t *testing.T) {
-	tc := startAttackCluster(t, 2, atkOpts{tune: func(i int, c *Config) {
+	tc := startClusterWith(t, 2, clusterOpts{tune: func(i int, c *Config) {
 		if i == 1 {
 			c.MaxHandshakes = 4
 		}
@@ -1173,7 +1090,7 @@ func TestClusterAttackForwardsInTheHandshakeDoNotStarveOtherHandshakes(t *testin
 // id bound but offline) is answered, dials no peer, and leaves no
 // goroutine behind.
 func TestClusterAttackConnectFloodForOfflineExecutors(t *testing.T) {
-	tc := startAttackCluster(t, 2, atkOpts{})
+	tc := startClusterWith(t, 2, clusterOpts{})
 	r1, r2 := tc.relays[0], tc.relays[1]
 	k := key(t)
 	if err := r1.tokens.BindExecutor("gone", [32]byte(k.PublicKey())); err != nil {

@@ -1,6 +1,7 @@
 package relay
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -54,27 +55,63 @@ func joinOne(t *testing.T, relayURL, id, token string, k identity.Key, dataConns
 }
 
 func startCluster(t *testing.T, n int) *testCluster {
+	return startClusterWith(t, n, clusterOpts{tune: func(_ int, c *Config) { c.Cluster.LeaseTTL = 2 * time.Second }})
+}
+
+// clusterOpts tunes startClusterWith.
+type clusterOpts struct {
+	etcdMembers int                    // etcd members (1 by default, or 3)
+	etcdTokens  bool                   // each relay a token store on the cluster's etcd (as in production), not one shared bbolt file
+	clientOf    func(i int) []int      // the etcd members relay i's client talks to (all by default)
+	tune        func(i int, c *Config) // relay i's configuration (the lease is DefaultLeaseTTL: 2 s detaches a relay on a loaded machine's etcd stall)
+}
+
+// startClusterWith starts n relays of one cluster on a real etcd, sharing
+// a key (and, unless o says otherwise, one bbolt token store), as o says.
+func startClusterWith(t *testing.T, n int, o clusterOpts) *testCluster {
 	t.Helper()
-	etcd := etcdtest.Start(t, 1)
+	etcd := etcdtest.Start(t, cmp.Or(o.etcdMembers, 1))
 	tc := &testCluster{etcd: etcd, prefix: "/outpost-test"}
-	tokens, err := OpenStore(filepath.Join(t.TempDir(), "relay.db"))
-	if err != nil {
-		t.Fatal(err)
+	var shared *Store
+	if !o.etcdTokens {
+		s, err := OpenStore(filepath.Join(t.TempDir(), "relay.db"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		shared = s
 	}
 	k := key(t)
 	for i := range n {
-		tc.relays = append(tc.relays, tc.startRelay(t, fmt.Sprintf("r%d", i+1), k, tokens))
+		tc.relays = append(tc.relays, tc.startRelay(t, fmt.Sprintf("r%d", i+1), k, shared, o, i))
 	}
 	tc.waitMembers(t, n)
 	return tc
 }
 
-func (tc *testCluster) startRelay(t *testing.T, id string, k identity.Key, tokens *Store) *testRelay {
+// startRelay starts relay id of tc (index i for o's functions); a nil
+// tokens is a store on the cluster's etcd.
+func (tc *testCluster) startRelay(t *testing.T, id string, k identity.Key, tokens *Store, o clusterOpts, i int) *testRelay {
 	t.Helper()
+	var eps []int
+	if o.clientOf != nil {
+		eps = o.clientOf(i)
+	}
+	cli := tc.etcd.Client(t, eps...)
+	if tokens == nil {
+		s, err := NewEtcdStore(cli, tc.prefix, 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Close() })
+		tokens = s
+	}
 	addr := freeAddr(t)
-	cli := tc.etcd.Client(t)
-	srv, err := NewServer(Config{Key: k.Keypair(), Tokens: tokens, Logger: zaptest.NewLogger(t).Named(id),
-		Cluster: &ClusterConfig{Client: cli, Prefix: tc.prefix, RelayID: id, Advertise: addr, LeaseTTL: 2 * time.Second}})
+	cfg := Config{Key: k.Keypair(), Tokens: tokens, Logger: zaptest.NewLogger(t).Named(id),
+		Cluster: &ClusterConfig{Client: cli, Prefix: tc.prefix, RelayID: id, Advertise: addr, LeaseTTL: DefaultLeaseTTL}}
+	if o.tune != nil {
+		o.tune(i, &cfg)
+	}
+	srv, err := NewServer(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
