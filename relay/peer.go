@@ -82,60 +82,6 @@ func (l *peerLink) close() {
 	}
 }
 
-// link returns the live link to peer id, dialling it if there is none.
-func (c *cluster) link(ctx context.Context, id string) (*peerLink, error) {
-	c.mu.Lock()
-	if l := c.peers[id]; l != nil {
-		c.mu.Unlock()
-		select {
-		case <-l.ready:
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		}
-		if l.err != nil {
-			if time.Since(l.at) < peerRedialAfter {
-				return nil, l.err
-			}
-		} else {
-			select {
-			case <-l.conn.Done():
-			default:
-				return l, nil
-			}
-		}
-		c.mu.Lock()
-		if c.peers[id] == l {
-			delete(c.peers, id)
-		}
-		if nl := c.peers[id]; nl != nil {
-			// Another caller is dialling afresh: wait for it.
-			c.mu.Unlock()
-			return c.link(ctx, id)
-		}
-	}
-	m, ok := c.members[id]
-	if !ok || c.ctx.Err() != nil {
-		c.mu.Unlock()
-		return nil, fmt.Errorf("relay %s: %w", id, errNotMember)
-	}
-	l := &peerLink{id: id, addr: m.Addr, ready: make(chan struct{})}
-	c.peers[id] = l
-	c.mu.Unlock()
-	// The dial is the link's, not the caller's (a caller that gives up
-	// must not leave a half-made link to the others), but the caller
-	// waits for it no longer than its ctx: forwardTimeout bounds a try.
-	go c.dial(l)
-	select {
-	case <-l.ready:
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	}
-	if l.err != nil {
-		return nil, l.err
-	}
-	return l, nil
-}
-
 // dial makes link l (closing l.ready) and, once it is up, removes it
 // from the peers when it goes down.
 func (c *cluster) dial(l *peerLink) {
@@ -208,23 +154,46 @@ func (c *cluster) forward(ctx context.Context, p protocol.RelayForwardParams) (c
 	return nil, key, "", found, err
 }
 
-// linkLoop keeps a link to every other member (for health), checking
-// every peerRedialAfter.
+// linkLoop keeps a link to every other member (for health): every
+// peerRedialAfter it dials the members it has none to, or whose last dial
+// failed that long ago, and forgets the links of relays no longer members
+// once they are down.
 func (c *cluster) linkLoop() {
 	t := time.NewTicker(peerRedialAfter)
 	defer t.Stop()
 	for {
 		c.mu.Lock()
-		var want []string
-		for id := range c.members {
-			if id != c.cfg.RelayID && c.peers[id] == nil {
-				want = append(want, id)
+		for id, l := range c.peers {
+			if _, member := c.members[id]; member {
+				continue
+			}
+			select {
+			case <-l.ready:
+				if l.err != nil {
+					delete(c.peers, id) // a live one goes when it is down (dial)
+				}
+			default:
 			}
 		}
-		c.mu.Unlock()
-		for _, id := range want {
-			go c.link(c.ctx, id)
+		for id, m := range c.members {
+			if id == c.cfg.RelayID {
+				continue
+			}
+			if l := c.peers[id]; l != nil {
+				select {
+				case <-l.ready:
+					if l.err == nil || time.Since(l.at) < peerRedialAfter {
+						continue
+					}
+				default:
+					continue // being dialled
+				}
+			}
+			l := &peerLink{id: id, addr: m.Addr, ready: make(chan struct{})}
+			c.peers[id] = l
+			go c.dial(l)
 		}
+		c.mu.Unlock()
 		select {
 		case <-c.ctx.Done():
 			return
