@@ -290,11 +290,7 @@ type dataConn struct {
 // serveData registers a data connection once the executor has confirmed
 // it, and holds it until a client is spliced to it and done, or it ends.
 func (s *Server) serveData(ctx context.Context, nc *transport.NoiseConn, hr *handshakeRequest) {
-	nc.SetReadDeadline(time.Now().Add(s.cfg.HandshakeTimeout))
-	got := make([]byte, len(dataReady))
-	_, err := io.ReadFull(nc, got)
-	nc.SetReadDeadline(time.Time{})
-	if err != nil || !bytes.Equal(got, dataReady) {
+	if err := s.awaitConfirmation(nc, dataReady); err != nil {
 		s.log.Debug("data connection not confirmed", zap.String("executor", hr.dataFor.id), zap.String("remote", hr.remote), zap.Error(err))
 		return
 	}
@@ -336,6 +332,27 @@ func (s *Server) serveData(ctx context.Context, nc *transport.NoiseConn, hr *han
 	case <-dc.done:
 	case <-ctx.Done():
 	}
+}
+
+// errNotConfirmed: a connection's first record after a handshake request
+// was not the confirmation it had to be.
+var errNotConfirmed = errors.New("the first record is not the confirmation")
+
+// awaitConfirmation reads the first record of a connection whose request
+// came in the handshake (relay/data, relay/forward), which must be want:
+// only the holder of the handshake's keys can send it, so a replayed
+// message 1 is answered but never goes further.
+func (s *Server) awaitConfirmation(nc *transport.NoiseConn, want []byte) error {
+	nc.SetReadDeadline(time.Now().Add(s.cfg.HandshakeTimeout))
+	defer nc.SetReadDeadline(time.Time{})
+	got := make([]byte, len(want))
+	if _, err := io.ReadFull(nc, got); err != nil {
+		return err
+	}
+	if !bytes.Equal(got, want) {
+		return errNotConfirmed
+	}
+	return nil
 }
 
 // dataAllowedLocked re-checks, at registration, that j still holds the

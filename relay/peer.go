@@ -30,12 +30,10 @@ package relay
 // the member appears; /peers shows them.
 
 import (
-	"bytes"
 	"context"
 	"crypto/subtle"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"sort"
 	"time"
@@ -273,11 +271,7 @@ var forwardReady = []byte(protocol.RelayForwardReady)
 func (s *Server) serveForward(nc *transport.NoiseConn, hr *handshakeRequest) {
 	j, p := hr.forward, hr.fwd
 	defer s.releaseSlot(j)
-	nc.SetReadDeadline(time.Now().Add(s.cfg.HandshakeTimeout))
-	got := make([]byte, len(forwardReady))
-	_, err := io.ReadFull(nc, got)
-	nc.SetReadDeadline(time.Time{})
-	if err != nil || !bytes.Equal(got, forwardReady) {
+	if err := s.awaitConfirmation(nc, forwardReady); err != nil {
 		s.log.Debug("forward not confirmed", zap.String("executor", p.ExecutorID), zap.String("remote", hr.remote), zap.Error(err))
 		return
 	}
