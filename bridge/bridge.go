@@ -99,10 +99,7 @@ import (
 	"bytes"
 	"cmp"
 	"context"
-	"crypto/rand"
-	"crypto/subtle"
 	"encoding/base64"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -120,6 +117,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/outpost-exec/outpost/client"
+	"github.com/outpost-exec/outpost/internal/uuid"
 	"github.com/outpost-exec/outpost/protocol"
 	"github.com/outpost-exec/outpost/transport"
 )
@@ -163,6 +161,9 @@ type Config struct {
 	// <token>" on the WebSocket upgrade; /readyz stays open (default "":
 	// no token).
 	Token string
+	// TokenSHA256, when set, is the SHA-256 digest of the required bearer
+	// token instead (codex's --ws-token-sha256).
+	TokenSHA256 []byte
 	// Logger logs (default zap.NewNop()).
 	Logger *zap.Logger
 
@@ -250,6 +251,9 @@ func (c Config) Validate() error {
 		return errors.New("bridge: DialTimeout must be positive")
 	case c.MaxMessageBytes < 1:
 		return errors.New("bridge: MaxMessageBytes must be at least 1")
+	}
+	if err := (transport.WSAuth{Token: c.Token, TokenSHA256: c.TokenSHA256}).Validate(); err != nil {
+		return fmt.Errorf("bridge: TokenSHA256: %w", err)
 	}
 	return nil
 }
@@ -359,17 +363,8 @@ func (b *Bridge) Handler() http.Handler {
 			http.NotFound(w, r)
 			return
 		}
-		if r.Header.Get("Origin") != "" {
-			http.Error(w, "requests with an Origin header are refused", http.StatusForbidden)
+		if !(transport.WSAuth{Token: b.cfg.Token, TokenSHA256: b.cfg.TokenSHA256}).Allow(w, r) {
 			return
-		}
-		if b.cfg.Token != "" {
-			got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-			if !ok || subtle.ConstantTimeCompare([]byte(got), []byte(b.cfg.Token)) != 1 {
-				w.Header().Set("WWW-Authenticate", "Bearer")
-				http.Error(w, "missing or wrong bearer token", http.StatusUnauthorized)
-				return
-			}
 		}
 		if !b.admit() {
 			http.Error(w, "too many connections", http.StatusServiceUnavailable)
@@ -485,6 +480,10 @@ func (b *Bridge) newSession(ctx context.Context, c *conn, clientName string) (*s
 		return nil, protocol.KindErrorf(protocol.KindUnavailable, protocol.CodeInternal, "cannot reach the executor: %v", err)
 	}
 	s := newSession(b, remote)
+	// codex's other notifications (fs/missingChanged,
+	// http/request/bodyDelta, …) share the session's queue with process
+	// events, in the executor's order.
+	remote.OnCodexNotification(func(method string, params json.RawMessage) { s.push(note{method: method, params: params}) })
 	s.conn = c // attached before anyone can see it
 	b.sessions[s.id] = s
 	b.mu.Unlock()
@@ -540,12 +539,11 @@ type session struct {
 	procs      map[string]*proc
 	carry      *note // taken from events but not written when a connection died
 	ending     bool
+	info       json.RawMessage // the executor's environment info, once asked
 }
 
 func newSession(b *Bridge, remote *client.Remote) *session {
-	var raw [16]byte
-	rand.Read(raw[:])
-	id := hex.EncodeToString(raw[:])
+	id := uuid.New()
 	ctx, cancel := context.WithCancel(b.ctx)
 	return &session{b: b, id: id, remote: remote, log: b.log.With(zap.String("session", id)),
 		events: make(chan note, b.cfg.EventQueue), ctx: ctx, cancel: cancel, dead: make(chan struct{}),
@@ -951,10 +949,12 @@ type reply struct {
 	written chan struct{}
 }
 
-// conn is one codex WebSocket connection.
+// conn is one codex connection: a WebSocket, or the bridge's stdin and
+// stdout (ServeStdio).
 type conn struct {
 	b      *Bridge
-	ws     *websocket.Conn
+	ws     *websocket.Conn // nil on stdio
+	pipe   io.Closer       // stdio: closing it ends the connection
 	mc     *transport.JSONConn
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -979,19 +979,71 @@ type closeMsg struct {
 
 func (b *Bridge) serve(ws *websocket.Conn) {
 	ctx, cancel := context.WithCancel(b.ctx)
-	c := &conn{
-		b: b, ws: ws, ctx: ctx, cancel: cancel,
-		mc:      transport.NewJSONConn(transport.NewWSFrames(ws, b.cfg.MaxMessageBytes)),
+	c := b.newConn(ctx, cancel, transport.NewJSONConn(transport.NewWSFrames(ws, b.cfg.MaxMessageBytes)))
+	c.ws = ws
+	go c.keepalive()
+	c.run()
+}
+
+// ServeStdio serves one codex connection on r and w — JSON-RPC lite, one
+// message a line, as codex speaks to an exec-server it starts as a
+// program (its environments.toml `program`) — until r ends, ctx is done
+// or the bridge closes. The session detaches when it ends, as a dropped
+// WebSocket's does (nothing can resume it: a stdio program lives as long
+// as its one connection), and lives DetachedTTL. w is closed at the end.
+func (b *Bridge) ServeStdio(ctx context.Context, r io.Reader, w io.WriteCloser) error {
+	if !b.admit() {
+		return errors.New("bridge: shutting down or at its connection limit")
+	}
+	defer b.release()
+	cctx, cancel := context.WithCancel(b.ctx)
+	defer cancel()
+	stop := context.AfterFunc(ctx, cancel)
+	defer stop()
+	pipe := closers{w}
+	if rc, ok := r.(io.Closer); ok {
+		pipe = append(pipe, rc) // unblocks a read of stdin (os.File pipes are pollable)
+	}
+	c := b.newConn(cctx, cancel, transport.NewJSONConn(transport.NewLineFrames(r, w, pipe, int(b.cfg.MaxMessageBytes))))
+	c.pipe = pipe
+	c.run()
+	return nil
+}
+
+// closers closes each of its members once.
+type closers []io.Closer
+
+func (cs closers) Close() error {
+	var first error
+	for _, c := range cs {
+		if err := c.Close(); err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}
+
+func (b *Bridge) newConn(ctx context.Context, cancel context.CancelFunc, mc *transport.JSONConn) *conn {
+	return &conn{
+		b: b, ctx: ctx, cancel: cancel, mc: mc,
 		replies: make(chan *reply, maxPendingReplies),
 		serial:  make(chan *transport.Message, serialQueue),
 		sem:     make(chan struct{}, b.cfg.MaxConcurrentCalls),
 		closing: make(chan closeMsg, 1),
 	}
+}
+
+// run serves the connection until it ends.
+func (c *conn) run() {
+	b := c.b
 	writerDone := make(chan struct{})
 	go func() { defer close(writerDone); c.writeLoop() }()
 	serialDone := make(chan struct{})
 	go func() { defer close(serialDone); c.serialLoop() }()
-	go c.keepalive()
+	// A closed connection must unblock the reader, which waits in a read
+	// of the WebSocket or of stdin.
+	stopUnblock := context.AfterFunc(c.ctx, c.closeNow)
+	defer stopUnblock()
 	err := c.readLoop()
 	if err != nil && !isClosedErr(err) {
 		b.log.Debug("codex connection ended", zap.Error(err))
@@ -1001,13 +1053,22 @@ func (b *Bridge) serve(ws *websocket.Conn) {
 	// session detaches with its queue intact.
 	close(c.serial)
 	<-serialDone
-	cancel()
+	c.cancel()
 	c.calls.Wait()
 	<-writerDone
-	ws.CloseNow()
+	c.closeNow()
 	if c.sess != nil {
 		c.sess.detach(c)
 	}
+}
+
+// closeNow closes the transport at once.
+func (c *conn) closeNow() {
+	if c.ws != nil {
+		c.ws.CloseNow()
+		return
+	}
+	c.pipe.Close()
 }
 
 // drainThenClose has the writer write the notifications its session has
@@ -1036,7 +1097,11 @@ func (c *conn) closeWith(code websocket.StatusCode, reason string) {
 				reason = reason[:len(reason)-1]
 			}
 		}
-		c.ws.Close(code, reason)
+		if c.ws != nil {
+			c.ws.Close(code, reason)
+		} else {
+			c.pipe.Close() // stdio has no close status: codex sees the end
+		}
 		c.cancel()
 	})
 }
@@ -1110,53 +1175,63 @@ func (c *conn) readLoop() error {
 	}
 }
 
-// method is one entry of the bridge's method table.
+// method is one entry of the bridge's method table: the methods it
+// serves itself, because it keeps their state (processes, whose events it
+// forwards and resumes). Every other method — fs/*, environment/*,
+// http/request, and any the executor gains — is forwarded as codex wrote
+// it (forwardCodex), so the bridge needs no change when the executor
+// gains one.
 type method struct {
 	family string // for lifecycle error messages
-	// concurrent methods (process/read, fs/*) run beside the in-order ones.
+	// concurrent methods (process/read) run beside the in-order ones.
 	concurrent bool
 	call       func(ctx context.Context, s *session, m *transport.Message) (any, error)
 }
 
-var methods map[string]method
+// methods is the bridge's own method table.
+var methods = map[string]method{
+	protocol.MethodProcessStart:     {family: "exec"}, // see conn.serialLoop
+	protocol.MethodProcessRead:      {family: "exec", concurrent: true, call: forward[protocol.ReadParams, protocol.ReadResult]},
+	protocol.MethodProcessWrite:     {family: "exec", call: forward[protocol.WriteParams, protocol.WriteResult]},
+	protocol.MethodProcessSignal:    {family: "exec", call: forward[protocol.SignalParams, protocol.Empty]},
+	protocol.MethodProcessTerminate: {family: "exec", call: forward[protocol.TerminateParams, protocol.TerminateResult]},
+	protocol.MethodProcessResize:    {family: "exec", call: forward[protocol.ResizeParams, protocol.Empty]},
+}
 
-func init() {
-	inOrder := func(family string, call func(context.Context, *session, *transport.Message) (any, error)) method {
-		return method{family: family, call: call}
+// codexMethod is the table entry of a method the bridge forwards as it
+// is: beside the in-order ones, as the executor runs fs/* calls.
+func codexMethod(name string) method {
+	return method{family: familyOf(name), concurrent: true, call: forwardCodex}
+}
+
+// familyOf names a method's family in lifecycle errors, as the executor
+// does.
+func familyOf(name string) string {
+	switch {
+	case strings.HasPrefix(name, "fs/"):
+		return "fs"
+	case strings.HasPrefix(name, "process/"):
+		return "exec"
+	case name == protocol.MethodEnvironmentInfo:
+		return "environment info"
 	}
-	methods = map[string]method{
-		protocol.MethodProcessStart:     inOrder("exec", nil), // see conn.serialLoop
-		protocol.MethodProcessRead:      {family: "exec", concurrent: true, call: forward[protocol.ReadParams, protocol.ReadResult]},
-		protocol.MethodProcessWrite:     inOrder("exec", forward[protocol.WriteParams, protocol.WriteResult]),
-		protocol.MethodProcessSignal:    inOrder("exec", forward[protocol.SignalParams, protocol.Empty]),
-		protocol.MethodProcessTerminate: inOrder("exec", forward[protocol.TerminateParams, protocol.TerminateResult]),
-		protocol.MethodProcessResize:    inOrder("exec", forward[protocol.ResizeParams, protocol.Empty]),
-		protocol.MethodEnvironmentInfo: inOrder("environment info", func(ctx context.Context, s *session, m *transport.Message) (any, error) {
-			var info protocol.EnvironmentInfo
-			if err := s.call(ctx, m.Method, nil, &info); err != nil {
-				return nil, err
-			}
-			return info, nil
-		}),
+	return name
+}
+
+// forwardCodex sends a request upstream with its params as codex wrote
+// them and returns the executor's result as it sent it.
+func forwardCodex(ctx context.Context, s *session, m *transport.Message) (any, error) {
+	var raw json.RawMessage
+	if m.Params != nil && !m.Params.Absent() {
+		if err := m.Params.Decode(&raw); err != nil {
+			return nil, protocol.KindErrorf(protocol.KindInvalid, protocol.CodeInvalidParams, "invalid params for %s: %v", m.Method, err)
+		}
 	}
-	fs := func(name string, call func(context.Context, *session, *transport.Message) (any, error)) {
-		methods[name] = method{family: "fs", concurrent: true, call: call}
+	res, err := s.remote.CallCodex(ctx, m.Method, raw)
+	if err != nil {
+		return nil, s.upstreamError(m.Method, err)
 	}
-	fs(protocol.MethodFsReadFile, forward[protocol.FsReadFileParams, protocol.FsReadFileResult])
-	fs(protocol.MethodFsWriteFile, forward[protocol.FsWriteFileParams, protocol.Empty])
-	fs(protocol.MethodFsCreateDirectory, forward[protocol.FsCreateDirectoryParams, protocol.Empty])
-	fs(protocol.MethodFsGetMetadata, forward[protocol.FsPathParams, protocol.FsMetadata])
-	fs(protocol.MethodFsCanonicalize, forward[protocol.FsPathParams, protocol.FsCanonicalizeResult])
-	fs(protocol.MethodFsReadDirectory, forward[protocol.FsPathParams, protocol.FsReadDirectoryResult])
-	fs(protocol.MethodFsRemove, forward[protocol.FsRemoveParams, protocol.Empty])
-	fs(protocol.MethodFsCopy, forward[protocol.FsCopyParams, protocol.Empty])
-	fs(protocol.MethodFsOpen, forward[protocol.FsOpenParams, protocol.FsHandleResult])
-	fs(protocol.MethodFsReadBlock, forward[protocol.FsReadBlockParams, protocol.FsReadBlockResult])
-	fs(protocol.MethodFsClose, forward[protocol.FsCloseParams, protocol.FsCloseResult])
-	fs(protocol.MethodFsCreate, forward[protocol.FsCreateParams, protocol.FsHandleResult])
-	fs(protocol.MethodFsWriteBlock, forward[protocol.FsWriteBlockParams, protocol.Empty])
-	fs(protocol.MethodFsHash, forward[protocol.FsHashParams, protocol.FsHashResult])
-	fs(protocol.MethodFsCreateSymlink, forward[protocol.FsCreateSymlinkParams, protocol.Empty])
+	return res, nil
 }
 
 // forward decodes the params (required) into P, calls the same method
@@ -1262,8 +1337,7 @@ func (c *conn) request(m *transport.Message) {
 	}
 	meth, ok := methods[m.Method]
 	if !ok {
-		c.replyErr(m.ID, protocol.KindErrorf(protocol.KindUnsupported, protocol.CodeMethodNotFound, "method `%s` is not implemented by this executor", m.Method))
-		return
+		meth = codexMethod(m.Method)
 	}
 	switch c.state {
 	case stateNew:
@@ -1360,7 +1434,38 @@ func (c *conn) initialize(m *transport.Message) (any, error) {
 	}
 	c.sess, c.state = s, stateInitialized
 	s.log.Debug("session attached", zap.String("client", p.ClientName), zap.Bool("resumed", p.ResumeSessionID != nil))
-	return protocol.InitializeResult{SessionID: s.id}, nil
+	return initializeResult{SessionID: s.id, EnvironmentInfo: s.environmentInfo(c.ctx)}, nil
+}
+
+// initializeResult is initialize's answer: the bridge's session id and the
+// executor's environment info as the executor sent it (codex 0.171 then
+// need not ask environment/info).
+type initializeResult struct {
+	SessionID       string          `json:"sessionId"`
+	EnvironmentInfo json.RawMessage `json:"environmentInfo,omitempty"`
+}
+
+// environmentInfo asks the executor once per session; nil when it cannot
+// be had (codex then asks environment/info itself, which is forwarded and
+// fails with the cause).
+func (s *session) environmentInfo(ctx context.Context) json.RawMessage {
+	s.mu.Lock()
+	info := s.info
+	s.mu.Unlock()
+	if info != nil {
+		return info
+	}
+	ctx, cancel := context.WithTimeout(ctx, serialTimeout)
+	defer cancel()
+	info, err := s.remote.CallCodex(ctx, protocol.MethodEnvironmentInfo, nil)
+	if err != nil || string(info) == "null" {
+		s.log.Debug("environment info unavailable for initialize", zap.Error(err))
+		return nil
+	}
+	s.mu.Lock()
+	s.info = info
+	s.mu.Unlock()
+	return info
 }
 
 // writeLoop writes replies first, then the attached session's
@@ -1455,5 +1560,5 @@ func (c *conn) writeReply(r *reply) bool {
 // fail ends a connection whose writes fail, unblocking the reader.
 func (c *conn) fail() {
 	c.cancel()
-	c.ws.CloseNow()
+	c.closeNow()
 }

@@ -3,7 +3,9 @@ package bridge_test
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"encoding/base64"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -12,6 +14,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"strconv"
 	"strings"
@@ -805,10 +808,17 @@ func TestLifecycleAndUnknownMethods(t *testing.T) {
 	if e := c.fails("process/start", startParams("x", "true")); e.Code != protocol.CodeInvalidRequest || !strings.Contains(e.Message, "initialize") {
 		t.Fatalf("%+v", e)
 	}
-	if e := c.fails("nope/nope", nil); e.Code != protocol.CodeMethodNotFound {
+	// Before initialize there is no executor to ask whether a method
+	// exists: every method is refused for the lifecycle.
+	if e := c.fails("nope/nope", nil); e.Code != protocol.CodeInvalidRequest || !strings.Contains(e.Message, "initialize") {
 		t.Fatalf("%+v", e)
 	}
 	c.initialize("")
+	// After it, a method the executor lacks is the executor's -32601,
+	// forwarded with its kind.
+	if e := c.fails("nope/nope", nil); e.Code != protocol.CodeMethodNotFound || protocol.KindOf(e) != protocol.KindUnsupported {
+		t.Fatalf("%+v", e)
+	}
 	if e := c.fails("initialize", map[string]any{"clientName": "again"}); e.Code != protocol.CodeInvalidRequest {
 		t.Fatalf("%+v", e)
 	}
@@ -1055,6 +1065,77 @@ func TestOriginAndTokenAreChecked(t *testing.T) {
 	resp.Body.Close()
 	c := dialCodex(t, url, http.Header{"Authorization": {"Bearer s3cret"}})
 	c.initialize("")
+}
+
+// codex 0.171's --ws-token-sha256: the bridge holds only the token's
+// digest; the scheme is matched without regard to case, as codex does.
+func TestTokenDigestIsChecked(t *testing.T) {
+	up := direct(t, nil)
+	sum := sha256.Sum256([]byte("s3cret"))
+	_, url := startBridge(t, up, func(c *bridge.Config) { c.TokenSHA256 = sum[:] })
+	for _, h := range []string{"", "Bearer s3cre", "Bearer s3cret2", "Basic s3cret"} {
+		_, resp, err := websocket.Dial(ctxT(t), url, &websocket.DialOptions{HTTPHeader: http.Header{"Authorization": {h}}})
+		if err == nil || resp == nil || resp.StatusCode != http.StatusUnauthorized {
+			t.Fatalf("%q: err %v resp %v, want 401", h, err, resp)
+		}
+	}
+	c := dialCodex(t, url, http.Header{"Authorization": {"bearer s3cret"}})
+	c.initialize("")
+}
+
+// initialize answers as codex 0.171's server does: a UUID session id and
+// the executor's environment info, its paths as file: URIs, so codex does
+// not ask environment/info.
+func TestInitializeCarriesTheExecutorsEnvironmentInfo(t *testing.T) {
+	topologies(t, func(t *testing.T, up *upstream) {
+		_, url := startBridge(t, up, nil)
+		c := dialCodex(t, url, nil)
+		var res struct {
+			SessionID       string                    `json:"sessionId"`
+			EnvironmentInfo *protocol.EnvironmentInfo `json:"environmentInfo"`
+		}
+		c.ok("initialize", map[string]any{"clientName": "codex-test"}, &res)
+		if !regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$`).MatchString(res.SessionID) {
+			t.Errorf("session id %q is not a UUID", res.SessionID)
+		}
+		info := res.EnvironmentInfo
+		if info == nil {
+			t.Fatal("initialize carries no environmentInfo")
+		}
+		for name, u := range map[string]string{"cwd": info.Cwd, "userHomeDir": info.UserHomeDir, "tempDir": info.TempDir} {
+			if !strings.HasPrefix(u, "file:///") {
+				t.Errorf("%s = %q, want a file: URI", name, u)
+			}
+		}
+		if info.Shell.Path == "" || info.PlatformOS == "" {
+			t.Errorf("incomplete environment info: %+v", info)
+		}
+	})
+}
+
+// Every method the bridge does not serve itself is forwarded as codex
+// wrote it: fs/hash appears nowhere in the bridge, and its params and
+// result pass through unchanged — as does an executor's error with its
+// kind.
+func TestMethodsTheBridgeDoesNotKnowPassThrough(t *testing.T) {
+	topologies(t, func(t *testing.T, up *upstream) {
+		_, url := startBridge(t, up, nil)
+		c := dialCodex(t, url, nil)
+		c.initialize("")
+		f := filepath.Join(t.TempDir(), "f")
+		if err := os.WriteFile(f, []byte("hello"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		var h map[string]any
+		c.ok("fs/hash", map[string]any{"path": "file://" + f}, &h)
+		sum := sha256.Sum256([]byte("hello"))
+		if fmt.Sprint(h["size"]) != "5" || !strings.Contains(fmt.Sprint(h), hex.EncodeToString(sum[:])) {
+			t.Errorf("fs/hash through the bridge: %v", h)
+		}
+		if e := c.fails("fs/hash", map[string]any{"path": "file://" + f + ".missing"}); e.Code != protocol.CodeNotFound || protocol.KindOf(e) != protocol.KindNotFound {
+			t.Errorf("missing file: %+v", e)
+		}
+	})
 }
 
 func TestCloseEndsEverythingAndLeavesNoGoroutines(t *testing.T) {

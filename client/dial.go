@@ -219,7 +219,7 @@ func dialerFor(url string, cfg Config) (dialFunc, Config, error) {
 			if err != nil {
 				return nil, err
 			}
-			return &conn{rpc: rpc, close: rpc.Close, shared: true}, nil
+			return &conn{rpc: rpc, close: rpc.Close, shared: true, json: true}, nil
 		}
 	case transport.SchemeStdio:
 		dial = stdioDialer(u.Addr)
@@ -600,7 +600,10 @@ func muxConn(nc net.Conn, cfg transport.MuxConfig, route func(string, transport.
 		sess.Close()
 		return nil, fmt.Errorf("opening the control stream: %w", err)
 	}
-	rpc := NewRPC(transport.NewMsgpackConn(ctl, 0), nil)
+	// The control stream's notifications are codex's (codex/notification),
+	// delivered in order on its reader: a consumer that blocks holds up
+	// this connection's replies, which is its own backpressure.
+	rpc := NewRPC(transport.NewMsgpackConn(ctl, 0), func(m string, p transport.Params) { route(m, p, true) })
 	go acceptEventStreams(sess, route)
 	go func() {
 		<-rpc.Done()
@@ -675,7 +678,7 @@ func stdioDialer(path string) dialFunc {
 			}
 			return nil
 		}
-		return &conn{rpc: rpc, close: stop, shared: true}, nil
+		return &conn{rpc: rpc, close: stop, shared: true, json: true}, nil
 	}
 }
 

@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -60,6 +61,9 @@ type conn struct {
 	// written before is held and sent with it, as early data when the
 	// executor takes it. It is called once, after the first requests.
 	launch launchFunc
+	// json: the connection speaks codex's JSON (ws, stdio), so codex
+	// requests travel as they are rather than inside codex/call.
+	json bool
 }
 
 // dialFunc opens a connection whose notifications go to route.
@@ -90,6 +94,7 @@ type Remote struct {
 	lastErr   error
 	nextID    atomic.Int64
 	recovered atomic.Int64
+	codexNote atomic.Pointer[func(method string, params json.RawMessage)]
 }
 
 // newRemote dials the first connection; cfg comes with its zero fields
@@ -438,10 +443,12 @@ func (r *Remote) failAll(err error) {
 	}
 }
 
-// route delivers a pushed notification to its process.
+// route delivers a pushed notification to its process, or one of
+// codex's other notifications to the OnCodexNotification function.
 func (r *Remote) route(method string, params transport.Params, block bool) {
 	pid, ev, ok := protocol.DecodeEvent(method, params)
 	if !ok {
+		r.routeCodex(method, params)
 		return
 	}
 	r.mu.Lock()

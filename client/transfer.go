@@ -11,6 +11,7 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"net/url"
 	"path"
 	"path/filepath"
 	"reflect"
@@ -281,9 +282,9 @@ func remoteAbs(ctx context.Context, files *Files, p string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	base := info.UserHomeDir
+	base := uriPath(info.UserHomeDir)
 	if base == "" {
-		base = strings.TrimPrefix(info.Cwd, "file://")
+		base = uriPath(info.Cwd)
 	}
 	if !strings.HasPrefix(base, "/") {
 		return "", fmt.Errorf("%s: %w", p, ErrNoRemoteHome)
@@ -295,6 +296,19 @@ func remoteAbs(ctx context.Context, files *Files, p string) (string, error) {
 		out += "/"
 	}
 	return out, nil
+}
+
+// uriPath is the path a file: URI names (executors since codex 0.171's
+// wire shapes send URIs; older ones sent plain paths, kept as they are).
+func uriPath(s string) string {
+	if !strings.HasPrefix(s, "file:") {
+		return s
+	}
+	u, err := url.Parse(s)
+	if err != nil || u.Scheme != "file" || u.Host != "" && u.Host != "localhost" {
+		return ""
+	}
+	return u.Path
 }
 
 // transfer is one call of the API: its plan, as listed before anything

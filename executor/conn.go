@@ -13,6 +13,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/outpost-exec/outpost/engine"
+	"github.com/outpost-exec/outpost/pathmap"
 	"github.com/outpost-exec/outpost/protocol"
 	"github.com/outpost-exec/outpost/remotefs"
 	"github.com/outpost-exec/outpost/transport"
@@ -243,6 +244,15 @@ func fsCall[P any](f func(*remotefs.Session, P) (any, error)) func(c *serverConn
 }
 
 func (c *serverConn) request(m *transport.Message) {
+	wrapped := false
+	if m.Method == protocol.MethodCodexCall {
+		inner, err := c.unwrapCodexCall(m)
+		if err != nil {
+			c.out.reply(outMsg{id: m.ID, err: err})
+			return
+		}
+		m, wrapped = inner, true
+	}
 	meth, ok := methods[m.Method]
 	if !ok {
 		c.out.reply(outMsg{id: m.ID, err: protocol.KindErrorf(protocol.KindUnsupported, protocol.CodeMethodNotFound, "method `%s` is not implemented by this executor", m.Method)})
@@ -275,6 +285,9 @@ func (c *serverConn) request(m *transport.Message) {
 			}
 		}()
 		res, err := meth.call(c, m)
+		if wrapped && err == nil {
+			res, err = codexResult(m.Method, res)
+		}
 		if meth.longPoll && c.readCtx.Err() != nil {
 			return // the connection is closing; nobody waits for this reply
 		}
@@ -371,7 +384,8 @@ func (c *serverConn) initialize(m *transport.Message) (any, error) {
 	c.session, c.attach, c.state = sess, a, stateInitialized
 	c.traceHandshake(p)
 	c.log.Debug("session attached", zap.String("session", sess.id), zap.String("client", p.ClientName), zap.Bool("resumed", p.ResumeSessionID != nil))
-	res := protocol.InitializeResult{SessionID: sess.id}
+	info := EnvironmentInfo(c.srv.cfg)
+	res := protocol.InitializeResult{SessionID: sess.id, EnvironmentInfo: &info}
 	if p.ProtocolVersion != 0 {
 		res.ProtocolVersion = protocol.Version
 	}
@@ -451,7 +465,8 @@ func (c *serverConn) environmentInfo(*transport.Message) (any, error) {
 	return EnvironmentInfo(c.srv.cfg), nil
 }
 
-// EnvironmentInfo describes this executor for environment/info.
+// EnvironmentInfo describes this executor for environment/info and
+// initialize. Paths are file: URIs, as codex 0.171 requires.
 func EnvironmentInfo(cfg Config) protocol.EnvironmentInfo {
 	shell := os.Getenv("SHELL")
 	if shell == "" {
@@ -460,15 +475,21 @@ func EnvironmentInfo(cfg Config) protocol.EnvironmentInfo {
 			shell = "/bin/bash" // what codex's server reports, where it is true
 		}
 	}
-	home, _ := os.UserHomeDir()
-	return protocol.EnvironmentInfo{
-		Shell:           protocol.Shell{Name: filepath.Base(shell), Path: shell},
-		Cwd:             "file://" + cfg.DefaultCwd,
-		ExecutorVersion: cfg.Version,
-		PlatformOS:      runtime.GOOS,
-		UserHomeDir:     home,
-		TempDir:         os.TempDir(),
+	info := protocol.EnvironmentInfo{
+		Shell:                protocol.Shell{Name: filepath.Base(shell), Path: shell},
+		ExecutorVersion:      cfg.Version,
+		ProviderID:           "outpost:" + cfg.Version,
+		Cwd:                  pathmap.URI(cfg.DefaultCwd),
+		PlatformOS:           runtime.GOOS,
+		PrependPathDirs:      []string{},
+		TemporaryDirectories: []string{},
+		TempDir:              pathmap.URI(os.TempDir()),
+		Capabilities:         Capabilities(cfg),
 	}
+	if home, err := os.UserHomeDir(); err == nil && filepath.IsAbs(home) {
+		info.UserHomeDir = pathmap.URI(home)
+	}
+	return info
 }
 
 // follow implements eventSink: push proc's events to this connection,
@@ -485,6 +506,25 @@ func (c *serverConn) follow(sessionID, id string, proc engine.Process, afterSeq 
 		c.parked = append(c.parked, start)
 		c.parkedMu.Unlock()
 	}
+}
+
+// notify queues a notification that is not a process event (the
+// handler of fs/watchMissing or a streamed http/request sends them),
+// waiting while the reply queue is full: a client that does not read
+// holds its own handler, never the executor's memory. It reports false
+// once the connection is closing.
+func (c *serverConn) notify(method string, params any) bool {
+	if c.streams != nil {
+		// The native transport: as codex JSON inside codex/notification
+		// (protocol/codex.go), for the front end that relays it to codex.
+		raw, err := transport.MarshalJSON(params)
+		if err != nil {
+			c.log.Error("notification cannot be encoded", zap.String("method", method), zap.Error(err))
+			return true
+		}
+		method, params = protocol.MethodCodexNotification, protocol.CodexNotification{Method: method, Params: raw}
+	}
+	return c.out.reply(outMsg{method: method, result: params})
 }
 
 // unparkAll starts the lanes parked while handling a request.
@@ -534,6 +574,9 @@ func (c *serverConn) fail() {
 }
 
 func (c *serverConn) writeMsg(m outMsg) error {
+	if m.method != "" {
+		return c.mc.WriteNotification(c.ctx, m.method, m.result)
+	}
 	if m.err != nil {
 		return c.mc.WriteError(c.ctx, m.id, m.err)
 	}
@@ -560,9 +603,12 @@ func eventMethod(k engine.EventKind) string { return k.Method() }
 
 func eventParams(id string, ev *engine.Event) any { return ev.Params(id) }
 
-// outMsg is a queued reply.
+// outMsg is a queued reply, or, when method is set, a notification
+// (params in result) that is not a process event: fs/missingChanged,
+// http/request/bodyDelta. Both share the reply queue's bounds and order.
 type outMsg struct {
 	id     transport.ID
+	method string
 	result any
 	err    *protocol.Error
 	bytes  int // file data the result holds (replyBytes)
@@ -577,6 +623,8 @@ func replyBytes(result any) int {
 		return len(r.Chunk)
 	case protocol.FsReadFileResult:
 		return len(r.Data)
+	case protocol.CodexCallResult:
+		return len(r.Result)
 	}
 	return 0
 }

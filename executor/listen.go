@@ -3,14 +3,12 @@ package executor
 import (
 	"cmp"
 	"context"
-	"crypto/subtle"
 	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/netip"
-	"strings"
 	"sync"
 	"time"
 
@@ -70,6 +68,9 @@ type WSConfig struct {
 	// Token, when non-empty, is required as "Authorization: Bearer <token>"
 	// on the upgrade; /readyz stays open (default "": no token).
 	Token string
+	// TokenSHA256, when set, is the SHA-256 digest of the required bearer
+	// token instead (codex's --ws-token-sha256).
+	TokenSHA256 []byte
 	// PingInterval is the keepalive interval: a ping every interval, and a
 	// peer that does not answer within the same interval is disconnected,
 	// its session detached (default 30 s).
@@ -103,7 +104,14 @@ func (c WSConfig) Validate() error {
 	case c.MaxMessageBytes < 1:
 		return errors.New("executor: WSConfig.MaxMessageBytes must be at least 1")
 	}
+	if err := c.auth().Validate(); err != nil {
+		return fmt.Errorf("executor: WSConfig.TokenSHA256: %w", err)
+	}
 	return nil
+}
+
+func (c WSConfig) auth() transport.WSAuth {
+	return transport.WSAuth{Token: c.Token, TokenSHA256: c.TokenSHA256}
 }
 
 // WSHandler serves codex's JSON-RPC lite over WebSocket at "/" and a
@@ -131,17 +139,8 @@ func (s *Server) WSHandler(ctx context.Context, cfg WSConfig) (http.Handler, err
 			http.NotFound(w, r)
 			return
 		}
-		if r.Header.Get("Origin") != "" {
-			http.Error(w, "requests with an Origin header are refused", http.StatusForbidden)
+		if !cfg.auth().Allow(w, r) {
 			return
-		}
-		if cfg.Token != "" {
-			got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-			if !ok || subtle.ConstantTimeCompare([]byte(got), []byte(cfg.Token)) != 1 {
-				w.Header().Set("WWW-Authenticate", "Bearer")
-				http.Error(w, "missing or wrong bearer token", http.StatusUnauthorized)
-				return
-			}
 		}
 		c, err := websocket.Accept(w, r, &websocket.AcceptOptions{
 			InsecureSkipVerify: true, // Origin is refused above

@@ -30,7 +30,6 @@ package executor
 
 import (
 	"context"
-	"crypto/rand"
 	"errors"
 	"fmt"
 	"go.opentelemetry.io/otel/trace"
@@ -44,6 +43,7 @@ import (
 
 	"github.com/outpost-exec/outpost/engine"
 	"github.com/outpost-exec/outpost/identity"
+	"github.com/outpost-exec/outpost/internal/uuid"
 	"github.com/outpost-exec/outpost/pathmap"
 	"github.com/outpost-exec/outpost/protocol"
 	"github.com/outpost-exec/outpost/remotefs"
@@ -259,7 +259,7 @@ func (s *Server) newSession() (*Session, error) {
 	if len(s.sessions) >= s.cfg.MaxSessions {
 		return nil, protocol.Errorf(protocol.CodeInvalidRequest, "too many sessions on this executor (limit %d)", s.cfg.MaxSessions)
 	}
-	id := newUUID()
+	id := uuid.New()
 	sess := &Session{id: id, srv: s, files: remotefs.NewSession(s.files, id), procs: make(map[string]*procEntry)}
 	s.sessions[sess.id] = sess
 	return sess, nil
@@ -355,13 +355,4 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		}
 	}
 	return nil
-}
-
-// newUUID returns a random (version 4) UUID.
-func newUUID() string {
-	var b [16]byte
-	rand.Read(b[:])
-	b[6] = b[6]&0x0f | 0x40
-	b[8] = b[8]&0x3f | 0x80
-	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
 }

@@ -353,7 +353,7 @@ func TestWSTokenGatesUpgradeButNotReadyz(t *testing.T) {
 	ts := newTestServer(t, nil, WSConfig{Token: "s3cret"})
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	defer cancel()
-	for _, auth := range []string{"", "Bearer wrong", "Basic s3cret", "Bearer s3cret2", "bearer s3cret"} {
+	for _, auth := range []string{"", "Bearer wrong", "Basic s3cret", "Bearer s3cret2", "Bearer s3cre"} {
 		h := http.Header{}
 		if auth != "" {
 			h.Set("Authorization", auth)
@@ -365,6 +365,8 @@ func TestWSTokenGatesUpgradeButNotReadyz(t *testing.T) {
 	}
 	r := dialRaw(t, ts.url, http.Header{"Authorization": {"Bearer s3cret"}})
 	r.init()
+	// The scheme in any case, as codex 0.171's server takes it.
+	dialRaw(t, ts.url, http.Header{"Authorization": {"bearer s3cret"}}).init()
 	resp, err := http.Get("http" + strings.TrimPrefix(ts.url, "ws") + "/readyz")
 	if err != nil || resp.StatusCode != http.StatusOK {
 		t.Fatalf("readyz: %v %v", resp, err)

@@ -23,6 +23,9 @@ type InitializeParams struct {
 // InitializeResult names the session, new or resumed.
 type InitializeResult struct {
 	SessionID string `json:"sessionId" msgpack:"sessionId"`
+	// EnvironmentInfo is what environment/info answers (codex 0.171):
+	// a client that has it need not ask.
+	EnvironmentInfo *EnvironmentInfo `json:"environmentInfo,omitempty" msgpack:"environmentInfo,omitempty"`
 	// ProtocolVersion is the executor's (outpost addition), sent to a
 	// client that sent one.
 	ProtocolVersion int `json:"protocolVersion,omitempty" msgpack:"protocolVersion,omitempty"`
@@ -255,22 +258,70 @@ type Shell struct {
 	Path string `json:"path" msgpack:"path"`
 }
 
-// EnvironmentInfo is the result of environment/info.
+// EnvironmentInfo is the result of environment/info, and (codex 0.171)
+// InitializeResult.EnvironmentInfo. Every path is a file: URI, as codex
+// sends them: codex 0.171 refuses the whole object if one is a plain
+// path, and then falls back to its own login shell.
 type EnvironmentInfo struct {
 	Shell           Shell  `json:"shell" msgpack:"shell"`
-	Cwd             string `json:"cwd,omitempty" msgpack:"cwd,omitempty"` // file: URI
 	ExecutorVersion string `json:"executorVersion,omitempty" msgpack:"executorVersion,omitempty"`
-	PlatformOS      string `json:"platformOs,omitempty" msgpack:"platformOs,omitempty"`
-	UserHomeDir     string `json:"userHomeDir,omitempty" msgpack:"userHomeDir,omitempty"`
-	TempDir         string `json:"tempDir,omitempty" msgpack:"tempDir,omitempty"`
+	// ProviderID names this executor's environment provider ("outpost:"
+	// and the executor's build), where codex's names its own binary's
+	// digest.
+	ProviderID           string   `json:"providerId,omitempty" msgpack:"providerId,omitempty"`
+	Cwd                  string   `json:"cwd,omitempty" msgpack:"cwd,omitempty"` // file: URI
+	UserHomeDir          string   `json:"userHomeDir,omitempty" msgpack:"userHomeDir,omitempty"`
+	PlatformOS           string   `json:"platformOs,omitempty" msgpack:"platformOs,omitempty"`
+	PrependPathDirs      []string `json:"prependPathDirs" msgpack:"prependPathDirs"`
+	TemporaryDirectories []string `json:"temporaryDirectories" msgpack:"temporaryDirectories"`
+	TempDir              string   `json:"tempDir,omitempty" msgpack:"tempDir,omitempty"`
 	// Capabilities are codex's: what optional requests the server honours.
 	Capabilities EnvironmentCapabilities `json:"capabilities" msgpack:"capabilities"`
 }
 
-// EnvironmentCapabilities is codex's capabilities object, always sent as
-// codex's server sends it. outpost launches no managed network proxy.
+// EnvironmentCapabilities is codex 0.171's capabilities object: each flag
+// gates a family of optional requests, and codex uses only those its
+// server sets. outpost sets a flag exactly when it implements what the
+// flag promises (executor.Capabilities); every flag is always sent, as
+// codex's server sends them.
 type EnvironmentCapabilities struct {
-	NetworkProxyLaunch bool `json:"networkProxyLaunch" msgpack:"networkProxyLaunch"`
+	// NetworkProxyLaunch and its family: codex's managed network proxy
+	// for a command (process/start's networkProxy). outpost has none yet.
+	NetworkProxyLaunch         bool `json:"networkProxyLaunch" msgpack:"networkProxyLaunch"`
+	NetworkProxyReviewDomains  bool `json:"networkProxyReviewDomains" msgpack:"networkProxyReviewDomains"`
+	NetworkProxyTransparentTCP bool `json:"networkProxyTransparentTcp" msgpack:"networkProxyTransparentTcp"`
+	// CredentialMasking: secrets in a command's environment are masked in
+	// its output (and CredentialMaskingCustomProviders: by providers the
+	// client names).
+	CredentialMasking                bool `json:"credentialMasking" msgpack:"credentialMasking"`
+	CredentialMaskingCustomProviders bool `json:"credentialMaskingCustomProviders" msgpack:"credentialMaskingCustomProviders"`
+	// CapabilityDiscoverySandbox: capabilities/discoverV2 honours a
+	// sandbox policy.
+	CapabilityDiscoverySandbox bool `json:"capabilityDiscoverySandbox" msgpack:"capabilityDiscoverySandbox"`
+	// FsWatchMissing: fs/watchMissing and fs/missingChanged.
+	FsWatchMissing bool `json:"fsWatchMissing" msgpack:"fsWatchMissing"`
+	// CapabilityDiscoveryV2: capabilities/discoverV2 (skills and plugins
+	// found on the executor).
+	CapabilityDiscoveryV2 bool `json:"capabilityDiscoveryV2" msgpack:"capabilityDiscoveryV2"`
+	// EnvironmentConfigRead: environmentConfig/read.
+	EnvironmentConfigRead bool `json:"environmentConfigRead" msgpack:"environmentConfigRead"`
+	// HTTPHeaderEnvVars: http/request resolves header values from the
+	// executor's environment.
+	HTTPHeaderEnvVars bool `json:"httpHeaderEnvVars" msgpack:"httpHeaderEnvVars"`
+	// SandboxedFileStreaming: fs/open and fs/readBlock under a sandbox
+	// policy.
+	SandboxedFileStreaming bool `json:"sandboxedFileStreaming" msgpack:"sandboxedFileStreaming"`
+	// FileWriteStreaming: fs/open with a write mode and fs/writeBlock.
+	FileWriteStreaming bool `json:"fileWriteStreaming" msgpack:"fileWriteStreaming"`
+	// ShellSnapshotV2: process/start's shellSnapshot.
+	ShellSnapshotV2 bool `json:"shellSnapshotV2" msgpack:"shellSnapshotV2"`
+	// WindowsMxc: Windows-only; never on a Linux executor.
+	WindowsMxc bool `json:"windowsMxc" msgpack:"windowsMxc"`
+	// LinuxRootWritePreservesDevices and
+	// LinuxApprovedRootWritePreservesRestrictions: how a root-writable
+	// sandbox treats /dev and approved restrictions.
+	LinuxRootWritePreservesDevices              bool `json:"linuxRootWritePreservesDevices" msgpack:"linuxRootWritePreservesDevices"`
+	LinuxApprovedRootWritePreservesRestrictions bool `json:"linuxApprovedRootWritePreservesRestrictions" msgpack:"linuxApprovedRootWritePreservesRestrictions"`
 }
 
 // OutputNotification is the params of process/output.

@@ -325,3 +325,18 @@ func appendOutputNotification(b *bytes.Buffer, n *protocol.OutputNotification) {
 
 // Close closes the frames.
 func (c *JSONConn) Close() error { return c.frames.Close() }
+
+// JSONParams are params given as JSON text (codex/call's), decoded as the
+// JSON codec decodes a message's params. The caller checks raw with
+// CheckJSON first, as ReadMessage does.
+func JSONParams(raw []byte) Params { return jsonParams(raw) }
+
+// MarshalJSON encodes v as the JSON codec encodes a result: no HTML
+// escaping, no trailing newline.
+func MarshalJSON(v any) ([]byte, error) {
+	var b bytes.Buffer
+	if err := writeJSON(&b, v); err != nil {
+		return nil, err
+	}
+	return b.Bytes(), nil
+}

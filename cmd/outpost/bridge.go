@@ -19,14 +19,18 @@ import (
 	"github.com/outpost-exec/outpost/transport"
 )
 
-const bridgeUsage = `usage: outpost bridge (--target tcp://HOST:PORT#<fp> | --relay outpost://HOST:PORT#<fp> --executor ID --token T) [--listen ws://127.0.0.1:0]
+const bridgeUsage = `usage: outpost bridge (--target tcp://HOST:PORT#<fp> | --relay outpost://HOST:PORT#<fp> --executor ID --token T) [--listen ws://127.0.0.1:0 | --listen stdio]
 
 Serves codex's exec-server protocol (JSON-RPC over WebSocket, as "outpost
-executor serve --listen ws://" does) and forwards every request to one
-executor over outpost's native transport: Noise IK end to end with the
+executor serve --listen ws://" does, or over stdin and stdout with
+--listen stdio, as a program codex starts) and forwards every request to
+one executor over outpost's native transport: Noise IK end to end with the
 executor's key pinned, directly or through a relay, resumed across
-dropped connections and relay restarts. Point codex at the printed URL.
-A --listen address other than loopback needs OUTPOST_CONNECTION_TOKEN.
+dropped connections and relay restarts. Point codex at the printed URL
+(CODEX_EXEC_SERVER_URL, or an environments.toml entry), or name
+"outpost bridge --listen stdio ..." as the environment's program. A
+--listen address other than loopback needs a token (--ws-auth
+capability-token, or OUTPOST_CONNECTION_TOKEN).
 `
 
 // cmdBridge runs `outpost bridge`.
@@ -38,7 +42,8 @@ func cmdBridge(args []string, stdout, stderr io.Writer) int {
 		fs.PrintDefaults()
 	}
 	rf := addRemoteFlags(fs)
-	listen := fs.String("listen", "ws://127.0.0.1:0", "where codex connects: ws://IP:PORT (not loopback: needs OUTPOST_CONNECTION_TOKEN)")
+	listen := fs.String("listen", "ws://127.0.0.1:0", "where codex connects: ws://IP:PORT (not loopback: needs a token), or stdio (codex starts the bridge as its program)")
+	wsAuth := addWSAuthFlags(fs)
 	detachedTTL := fs.Duration("detached-ttl", bridge.DefaultDetachedTTL, "how long a disconnected codex session (its upstream connection and processes) is kept for resumption")
 	maxSessions := fs.Int("max-sessions", bridge.DefaultMaxSessions, "codex sessions, attached or detached (the longest-detached makes room)")
 	maxConns := fs.Int("max-connections", bridge.DefaultMaxConnections, "codex WebSocket connections")
@@ -88,16 +93,16 @@ func cmdBridge(args []string, stdout, stderr io.Writer) int {
 	}
 
 	lu, err := executor.ParseListenURL(*listen)
-	if err != nil || lu.Scheme != transport.SchemeWS {
-		return usageErr("invalid --listen URL `%s`; expected `ws://IP:PORT`", *listen)
+	if err != nil || lu.Scheme != transport.SchemeWS && lu.Scheme != transport.SchemeStdio {
+		return usageErr("invalid --listen URL `%s`; expected `ws://IP:PORT` or `stdio`", *listen)
 	}
-	ap := netip.MustParseAddrPort(lu.Addr)
-	connToken, err := connectionToken()
+	auth, err := wsAuth.resolve()
 	if err != nil {
 		return usageErr("%v", err)
 	}
-	if !ap.Addr().Unmap().IsLoopback() && connToken == "" {
-		return usageErr("refusing to listen on %s, which is not loopback, without OUTPOST_CONNECTION_TOKEN: anyone who reaches it could run commands on the executor", *listen)
+	stdio := lu.Scheme == transport.SchemeStdio
+	if !stdio && !netip.MustParseAddrPort(lu.Addr).Addr().Unmap().IsLoopback() && !auth.Enabled() {
+		return usageErr("refusing to listen on %s, which is not loopback, without a token (--ws-auth capability-token or OUTPOST_CONNECTION_TOKEN): anyone who reaches it could run commands on the executor", *listen)
 	}
 	log, err := lf.build(stderr)
 	if err != nil {
@@ -126,12 +131,22 @@ func cmdBridge(args []string, stdout, stderr io.Writer) int {
 		return dialExit(err)
 	}
 
-	b, err := bridge.New(bridge.Config{Dial: dial, Token: connToken, Logger: log, DetachedTTL: *detachedTTL,
+	b, err := bridge.New(bridge.Config{Dial: dial, Token: auth.Token, TokenSHA256: auth.TokenSHA256, Logger: log, DetachedTTL: *detachedTTL,
 		MaxSessions: *maxSessions, MaxConnections: *maxConns})
 	if err != nil {
 		return usageErr("%v", err)
 	}
-	l, err := b.Listen(ap.String())
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	if stdio {
+		// stdout is codex's channel: nothing else may be written there
+		// (the logs go to stderr). The bridge ends with stdin.
+		log.Info("bridge serving stdio", zap.String("executor", executorURL.Base()), zap.String("executor_id", dialCfg.Executor))
+		b.ServeStdio(ctx, os.Stdin, stdoutCloser{stdout})
+		closeBridge(b, log)
+		return 0
+	}
+	l, err := b.Listen(lu.Addr)
 	if err != nil {
 		fmt.Fprintln(stderr, "outpost bridge: listen:", err)
 		return 1
@@ -141,12 +156,17 @@ func cmdBridge(args []string, stdout, stderr io.Writer) int {
 		f.Sync()
 	}
 	log.Info("bridge listening", zap.String("url", l.URL()), zap.String("executor", executorURL.Base()),
-		zap.String("executor_id", dialCfg.Executor), zap.Bool("token", connToken != ""))
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
-	defer stop()
+		zap.String("executor_id", dialCfg.Executor), zap.Bool("token", auth.Enabled()))
 	<-ctx.Done()
-	log.Info("shutting down: terminating the sessions' processes")
 	l.Close()
+	closeBridge(b, log)
+	return 0
+}
+
+// closeBridge ends every session (terminating its processes), at most
+// 15 s.
+func closeBridge(b *bridge.Bridge, log *zap.Logger) {
+	log.Info("shutting down: terminating the sessions' processes")
 	done := make(chan struct{})
 	go func() { b.Close(); close(done) }()
 	select {
@@ -154,5 +174,16 @@ func cmdBridge(args []string, stdout, stderr io.Writer) int {
 	case <-time.After(15 * time.Second):
 		log.Warn("shutdown took too long; exiting")
 	}
-	return 0
+}
+
+// stdoutCloser is stdout as the bridge's stdio writer: closing it closes
+// os.Stdout when that is what it is, so codex sees the end.
+type stdoutCloser struct{ w io.Writer }
+
+func (n stdoutCloser) Write(p []byte) (int, error) { return n.w.Write(p) }
+func (n stdoutCloser) Close() error {
+	if c, ok := n.w.(io.Closer); ok {
+		return c.Close()
+	}
+	return nil
 }

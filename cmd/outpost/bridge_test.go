@@ -4,6 +4,9 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/base64"
+	"encoding/json"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -43,8 +46,13 @@ func TestBridgeUsageErrorsExitTwo(t *testing.T) {
 		{[]string{"--relay", relayURL, "--token", "t"}, "--relay needs --executor"},
 		{[]string{"--executor", "build-1"}, "--executor needs --relay"},
 		{[]string{"--relay", relayURL, "--executor", "build-1", "--target", target}, "not both"},
-		{[]string{"--target", target, "--listen", "ws://0.0.0.0:0"}, "not loopback, without OUTPOST_CONNECTION_TOKEN"},
-		{[]string{"--target", target, "--listen", "ws://192.0.2.1:7000"}, "not loopback, without OUTPOST_CONNECTION_TOKEN"},
+		{[]string{"--target", target, "--listen", "ws://0.0.0.0:0"}, "not loopback, without a token"},
+		{[]string{"--target", target, "--listen", "ws://192.0.2.1:7000"}, "not loopback, without a token"},
+		{[]string{"--target", target, "--ws-auth", "capability-token"}, "needs --ws-token-file or --ws-token-sha256"},
+		{[]string{"--target", target, "--ws-auth", "capability-token", "--ws-token-file", "relative/tok"}, "must be an absolute path"},
+		{[]string{"--target", target, "--ws-auth", "capability-token", "--ws-token-sha256", "abcd"}, "must be 64 hex digits"},
+		{[]string{"--target", target, "--ws-token-sha256", strings.Repeat("ab", 32)}, "need --ws-auth capability-token"},
+		{[]string{"--target", target, "--ws-auth", "signed-bearer-token"}, "only capability-token"},
 		{[]string{"--target", target, "--listen", "ws://localhost:0"}, "expected `ws://IP:PORT`"},
 		{[]string{"--target", target, "--listen", "tcp://127.0.0.1:0"}, "expected `ws://IP:PORT`"},
 		{[]string{"--target", "ws://127.0.0.1:1"}, "want tcp://HOST:PORT#<fingerprint> or unix:///path"},
@@ -166,5 +174,86 @@ func TestBridgeServesCodexForAnExecutor(t *testing.T) {
 		}
 	case <-time.After(20 * time.Second):
 		t.Fatal("the bridge did not stop on SIGTERM")
+	}
+}
+
+// TestBridgeServesCodexOnStdio runs `outpost bridge --listen stdio` as
+// codex runs an environments.toml program: JSON-RPC lines on its stdin
+// and stdout, nothing else on stdout, logs on stderr; it ends when stdin
+// closes.
+func TestBridgeServesCodexOnStdio(t *testing.T) {
+	target, _ := startServe(t, "--listen", "tcp://127.0.0.1:0", "--state-dir", t.TempDir())
+	cmd := exec.Command(outpostBin, "bridge", "--target", target, "--listen", "stdio")
+	cmd.Env = append(os.Environ(), "XDG_CONFIG_HOME="+t.TempDir())
+	stdin, _ := cmd.StdinPipe()
+	stdout, _ := cmd.StdoutPipe()
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	lines := bufio.NewScanner(stdout)
+	lines.Buffer(nil, 1<<20)
+	send := func(s string) {
+		if _, err := io.WriteString(stdin, s+"\n"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	next := func() map[string]any {
+		t.Helper()
+		if !lines.Scan() {
+			t.Fatalf("stdout ended: %v; stderr %s", lines.Err(), stderr.String())
+		}
+		var m map[string]any
+		if err := json.Unmarshal(lines.Bytes(), &m); err != nil {
+			t.Fatalf("stdout line %q is not JSON: %v", lines.Text(), err)
+		}
+		return m
+	}
+	send(`{"id":1,"method":"initialize","params":{"clientName":"codex"}}`)
+	init := next()
+	res, _ := init["result"].(map[string]any)
+	if res == nil || res["sessionId"] == "" || res["environmentInfo"] == nil {
+		t.Fatalf("initialize: %v", init)
+	}
+	send(`{"method":"initialized"}`)
+	send(`{"id":2,"method":"process/start","params":{"processId":"p","argv":["/bin/sh","-c","echo over stdio; exit 4"],"cwd":"/","env":{"PATH":"/usr/bin:/bin"},"tty":false}}`)
+	var got []string
+	for len(got) == 0 || got[len(got)-1] != protocol.MethodProcessClosed {
+		m := next()
+		if m["id"] != nil {
+			if m["error"] != nil {
+				t.Fatalf("start: %v", m)
+			}
+			got = append(got, "reply")
+			continue
+		}
+		got = append(got, m["method"].(string))
+		p, _ := m["params"].(map[string]any)
+		switch m["method"] {
+		case protocol.MethodProcessOutput:
+			if p["chunk"] != base64.StdEncoding.EncodeToString([]byte("over stdio\n")) {
+				t.Fatalf("output %v", m)
+			}
+		case protocol.MethodProcessExited:
+			if p["exitCode"] != float64(4) {
+				t.Fatalf("exited %v", m)
+			}
+		}
+	}
+	if strings.Join(got, " ") != "reply process/output process/exited process/closed" {
+		t.Fatalf("messages %v", got)
+	}
+	stdin.Close()
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("bridge exit: %v; stderr %s", err, stderr.String())
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the bridge did not end with its stdin")
 	}
 }

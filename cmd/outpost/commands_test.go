@@ -218,3 +218,18 @@ func TestConfigFileWarnsOnceAboutUnknownKeysAndMalformedLinesWithoutValues(t *te
 		t.Errorf("version read the config file: %q", errb2.String())
 	}
 }
+
+// An executor reports a version that names its build: the release, or
+// 0.0.0-dev+COMMIT for a development build with the commit stamped.
+func TestShortVersionNamesTheCommit(t *testing.T) {
+	oldV, oldC := version, commit
+	t.Cleanup(func() { version, commit = oldV, oldC })
+	version, commit = "dev", "0123456789abcdef0123"
+	if v := shortVersion(); v != "0.0.0-dev+0123456789ab" && !strings.HasPrefix(v, "0.0.0-dev+") {
+		t.Errorf("dev build with a commit: %q", v)
+	}
+	version = "1.2.3"
+	if v := shortVersion(); v != "1.2.3" {
+		t.Errorf("release: %q", v)
+	}
+}

@@ -31,8 +31,12 @@ import (
 	"github.com/outpost-exec/outpost/transport"
 )
 
-// version is set at build time with -ldflags "-X main.version=...".
-var version = "dev"
+// version and commit are set at build time with -ldflags "-X
+// main.version=... -X main.commit=..." (make build sets the commit).
+var (
+	version = "dev"
+	commit  = ""
+)
 
 func main() {
 	// The executor re-executes itself as the sandbox helper.
@@ -356,6 +360,7 @@ func cmdExecutorServe(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("outpost executor serve", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	listen := fs.String("listen", executor.DefaultListenURL, "listen URL: ws://IP:PORT, stdio, tcp://HOST:PORT or unix:///path")
+	wsAuth := addWSAuthFlags(fs)
 	stateDir := fs.String("state-dir", identity.DefaultStateDir(), "directory for the executor's key (tcp:// and unix://)")
 	authorized := fs.String("authorized-clients", "", "file of client public keys allowed to connect (tcp:// and unix://); default: any")
 	cfg, backend := executorLimitFlags(fs)
@@ -376,7 +381,7 @@ func cmdExecutorServe(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	defer log.Sync()
-	cfg.Backend, cfg.Logger, cfg.Version = backend, log, version
+	cfg.Backend, cfg.Logger, cfg.Version = backend, log, shortVersion()
 	// Its own key, and the socket clients reach it by, are hidden from
 	// every sandbox.
 	cfg.SandboxHidden = append(cfg.SandboxHidden, *stateDir)
@@ -472,7 +477,7 @@ func cmdExecutorServe(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "outpost:", err)
 		return 2
 	}
-	token, err := connectionToken()
+	auth, err := wsAuth.resolve()
 	if err != nil {
 		fmt.Fprintln(stderr, "outpost:", err)
 		return 2
@@ -490,13 +495,13 @@ func cmdExecutorServe(args []string, stdout, stderr io.Writer) int {
 		}
 		return 0
 	default:
-		l, err := srv.ListenWS(lu.Addr, executor.WSConfig{Token: token})
+		l, err := srv.ListenWS(lu.Addr, executor.WSConfig{Token: auth.Token, TokenSHA256: auth.TokenSHA256})
 		if err != nil {
 			fmt.Fprintln(stderr, "outpost: listen:", err)
 			return 1
 		}
 		announce(l.URL())
-		log.Info("executor listening", zap.String("url", l.URL()), zap.Bool("token", token != ""))
+		log.Info("executor listening", zap.String("url", l.URL()), zap.Bool("token", auth.Enabled()))
 		<-ctx.Done()
 		log.Info("shutting down")
 		l.StopAccepting()

@@ -495,7 +495,7 @@ func cmdExecutorJoin(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "outpost:", err)
 		return 1
 	}
-	cfg.Backend, cfg.Logger, cfg.Version = backend, log, version
+	cfg.Backend, cfg.Logger, cfg.Version = backend, log, shortVersion()
 	cfg.SandboxHidden = append(cfg.SandboxHidden, *stateDir) // its key, hidden from every sandbox
 	useSandboxHelper(log)
 	closeCgroups, err := useCgroups(log, backend)
@@ -517,7 +517,7 @@ func cmdExecutorJoin(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	warmSandbox(log, backend, srv)
-	joinCfg := executor.JoinConfig{RelayURL: *relayURL, Key: key.Keypair(), ID: *id, Token: *token, Labels: labels, Version: version,
+	joinCfg := executor.JoinConfig{RelayURL: *relayURL, Key: key.Keypair(), ID: *id, Token: *token, Labels: labels, Version: shortVersion(),
 		HandshakeTimeout: *handshakeTimeout, FirstByteTimeout: *firstByteTimeout, MaxHandshakes: *maxHandshakes, MaxHandshakesPerAddress: *maxPerSession,
 		RelayConnections: *relayConns}
 	if *authorized != "" {

@@ -272,14 +272,15 @@ func parseArgs(fs *flag.FlagSet, args []string, stdout io.Writer) (code int, ok 
 }
 
 // buildVersion is the version, with the commit and its time when the
-// binary records them (go build from a checkout does).
+// binary records them (go build from a checkout does; make build stamps
+// the commit where VCS stamping is off).
 func buildVersion() string {
 	v := version
 	bi, ok := debug.ReadBuildInfo()
 	if !ok {
 		return v
 	}
-	var rev, at, dirty string
+	rev, at, dirty := commit, "", ""
 	for _, s := range bi.Settings {
 		switch s.Key {
 		case "vcs.revision":
@@ -302,4 +303,31 @@ func buildVersion() string {
 		rev = rev[:12]
 	}
 	return fmt.Sprintf("%s (commit %s, %s%s, %s)", v, rev, at, dirty, bi.GoVersion)
+}
+
+// shortVersion is the version an executor reports (executorVersion, the
+// relay's executor list): the release, or for a development build
+// "0.0.0-dev+" and its commit, so two builds can be told apart.
+func shortVersion() string {
+	if version != "dev" {
+		return version
+	}
+	rev := commit
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		if bi.Main.Version != "" && bi.Main.Version != "(devel)" {
+			return strings.TrimPrefix(bi.Main.Version, "v")
+		}
+		for _, s := range bi.Settings {
+			if s.Key == "vcs.revision" {
+				rev = s.Value
+			}
+		}
+	}
+	if len(rev) > 12 {
+		rev = rev[:12]
+	}
+	if rev == "" {
+		return "0.0.0-dev"
+	}
+	return "0.0.0-dev+" + rev
 }

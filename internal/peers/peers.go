@@ -20,8 +20,15 @@ import (
 	"time"
 )
 
-// CodexVersion is the codex release the differential tests target.
-const CodexVersion = "0.145.0"
+// CodexVersion is the codex release the differential tests and the
+// benchmarks compare against: the newest the registry served when outpost
+// last matched it.
+const CodexVersion = "0.171.0"
+
+// CodexVersions are the releases the codex CLI tests run, oldest first:
+// the first outpost matched, one between, and CodexVersion.
+// scripts/install-codex.sh installs each.
+var CodexVersions = []string{"0.145.0", "0.158.0", CodexVersion}
 
 // RepoRoot finds the module root from the working directory.
 func RepoRoot() (string, error) {
@@ -41,20 +48,23 @@ func RepoRoot() (string, error) {
 	}
 }
 
-// CodexBinary returns the codex binary: $OUTPOST_CODEX_BIN, or the one
-// scripts/install-codex.sh put in .bench/codex. The error explains how to
-// get it.
-func CodexBinary() (string, error) {
-	if p := os.Getenv("OUTPOST_CODEX_BIN"); p != "" {
+// CodexBinary returns the binary of CodexVersion (see CodexBinaryAt).
+func CodexBinary() (string, error) { return CodexBinaryAt(CodexVersion) }
+
+// CodexBinaryAt returns the codex binary of a release:
+// $OUTPOST_CODEX_BIN for CodexVersion, or the one scripts/install-codex.sh
+// put in .bench/codex-VERSION. The error explains how to get it.
+func CodexBinaryAt(version string) (string, error) {
+	if p := os.Getenv("OUTPOST_CODEX_BIN"); p != "" && version == CodexVersion {
 		return p, nil
 	}
 	root, err := RepoRoot()
 	if err != nil {
 		return "", err
 	}
-	p := filepath.Join(root, ".bench/codex/node_modules/@openai/codex/vendor/x86_64-unknown-linux-musl/bin/codex")
+	p := filepath.Join(root, ".bench", "codex-"+version, "node_modules/@openai/codex/vendor/x86_64-unknown-linux-musl/bin/codex")
 	if _, err := os.Stat(p); err != nil {
-		return "", fmt.Errorf("codex %s exec-server not found (run scripts/install-codex.sh, or set OUTPOST_CODEX_BIN)", CodexVersion)
+		return "", fmt.Errorf("codex %s not found (run scripts/install-codex.sh)", version)
 	}
 	return p, nil
 }
