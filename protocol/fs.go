@@ -32,8 +32,9 @@ const (
 	// blocks go to a temporary file beside it, which fs/close moves into
 	// place atomically; a handle closed with the session is discarded.
 	MethodFsCreate = "fs/create"
-	// MethodFsWriteBlock writes one block at an offset of a created file
-	// (outpost addition).
+	// MethodFsWriteBlock writes one block at an offset of a file opened
+	// by fs/create, or by fs/open in mode "replace" (codex 0.171, see
+	// fs_stream.go).
 	MethodFsWriteBlock = "fs/writeBlock"
 	// MethodFsHash returns a file's digest and size (outpost addition),
 	// for end-to-end checks of a transfer.
@@ -140,11 +141,13 @@ type FsCopyParams struct {
 	NoFollow bool `json:"noFollow,omitempty" msgpack:"noFollow,omitempty"`
 }
 
-// FsOpenParams open a file for streamed reading under a client-chosen id.
+// FsOpenParams open a file for streamed reading (or, with Mode
+// FsOpenReplace, writing: see fs_stream.go) under a client-chosen id.
 type FsOpenParams struct {
-	HandleID string `json:"handleId" msgpack:"handleId"`
-	Path     string `json:"path" msgpack:"path"`
-	Sandbox  any    `json:"sandbox,omitempty" msgpack:"sandbox,omitempty"`
+	HandleID string     `json:"handleId" msgpack:"handleId"`
+	Path     string     `json:"path" msgpack:"path"`
+	Mode     FsOpenMode `json:"mode,omitempty" msgpack:"mode,omitempty"`
+	Sandbox  any        `json:"sandbox,omitempty" msgpack:"sandbox,omitempty"`
 	// Digest names the algorithm of the running digest fs/close returns
 	// (outpost addition): DigestSHA256 when empty, or DigestXXH3.
 	Digest string `json:"digest,omitempty" msgpack:"digest,omitempty"`
@@ -197,7 +200,8 @@ type FsReadBlockResult struct {
 	EOF   bool   `json:"eof" msgpack:"eof"`
 }
 
-// FsWriteBlockParams write Chunk at Offset (outpost addition).
+// FsWriteBlockParams write Chunk at Offset (codex's shape; its bounds on
+// a replace handle are in fs_stream.go).
 type FsWriteBlockParams struct {
 	HandleID string `json:"handleId" msgpack:"handleId"`
 	Offset   uint64 `json:"offset" msgpack:"offset"`

@@ -77,6 +77,9 @@ type fsHandle struct {
 	mu    sync.Mutex // one block at a time, so blocks mostly pass in order
 	f     *os.File
 	write bool
+	// replace: an fs/open "replace" handle (stream_write.go), written in
+	// place; write stays false, as there is nothing to commit or remove.
+	replace bool
 	// sum hashes the blocks that passed in order from offset 0; hashed is
 	// how far. A transfer that went in order gets its digest from fs/close
 	// without a second pass over the file.
@@ -772,9 +775,11 @@ func (s *Session) addHandle(method, id string, h *fsHandle) error {
 	return nil
 }
 
+// validHandleID checks a client's handle id as codex 0.171 does: at most
+// MaxHandleIDBytes, the empty id included.
 func validHandleID(method, id string) error {
-	if id == "" || len(id) > protocol.MaxHandleIDBytes {
-		return protocol.KindErrorf(protocol.KindInvalid, protocol.CodeInvalidParams, "invalid params for %s: handleId must be 1 to %d bytes", method, protocol.MaxHandleIDBytes)
+	if len(id) > protocol.MaxHandleIDBytes {
+		return protocol.KindErrorf(protocol.KindInvalid, protocol.CodeInvalidRequest, "%s", protocol.ErrHandleIDTooLong)
 	}
 	return nil
 }
@@ -792,6 +797,9 @@ func (s *Session) handle(method, id string) (*fsHandle, error) {
 func (s *Session) Open(p protocol.FsOpenParams) (any, error) {
 	if err := validHandleID(protocol.MethodFsOpen, p.HandleID); err != nil {
 		return nil, err
+	}
+	if p.Mode != "" && p.Mode != protocol.FsOpenRead {
+		return s.openReplace(p) // stream_write.go
 	}
 	sum, err := newDigest(protocol.MethodFsOpen, p.Digest)
 	if err != nil {
@@ -842,6 +850,9 @@ func (s *Session) ReadBlock(p protocol.FsReadBlockParams) (any, error) {
 	if err != nil {
 		return nil, err
 	}
+	if h.replace {
+		return nil, s.readReplaceHandle(p, h) // stream_write.go
+	}
 	if h.write {
 		return nil, protocol.KindErrorf(protocol.KindInvalid, protocol.CodeInvalidRequest, "%s: handle %s was opened for writing", protocol.MethodFsReadBlock, p.HandleID)
 	}
@@ -886,11 +897,12 @@ func ReleaseBlock(result any) {
 
 func (s *Session) WriteBlock(p protocol.FsWriteBlockParams) (any, error) {
 	h, err := s.handle(protocol.MethodFsWriteBlock, p.HandleID)
-	if err != nil {
-		return nil, err
+	if h == nil || h.replace {
+		return s.writeReplaceBlock(p, h, err) // stream_write.go: codex's checks come first
 	}
 	if !h.write {
-		return nil, protocol.KindErrorf(protocol.KindInvalid, protocol.CodeInvalidRequest, "%s: handle %s was opened for reading", protocol.MethodFsWriteBlock, p.HandleID)
+		// codex: a read handle's descriptor refuses the write (EBADF).
+		return nil, protocol.KindErrorf(protocol.KindInvalid, protocol.CodeInternal, "%s: handle %s was opened for reading", protocol.MethodFsWriteBlock, p.HandleID)
 	}
 	if len(p.Chunk) > maxBlockBytes || p.Offset > 1<<62 {
 		return nil, protocol.KindErrorf(protocol.KindInvalid, protocol.CodeInvalidParams, "invalid params for %s: a block is at most %d bytes at an offset below 2^62", protocol.MethodFsWriteBlock, maxBlockBytes)
