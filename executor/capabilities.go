@@ -19,13 +19,13 @@ func Capabilities(cfg Config) protocol.EnvironmentCapabilities {
 		// Windows only.
 		WindowsMxc: false,
 
-		FsWatchMissing:             false,
-		CapabilityDiscoveryV2:      false,
-		CapabilityDiscoverySandbox: false,
-		EnvironmentConfigRead:      false,
-		HTTPHeaderEnvVars:          false,
-		SandboxedFileStreaming:     false,
-		FileWriteStreaming:         false,
+		FsWatchMissing:             true, // watch.go
+		CapabilityDiscoveryV2:      true, // envconfig*.go, discover*.go
+		CapabilityDiscoverySandbox: true,
+		EnvironmentConfigRead:      true,
+		HTTPHeaderEnvVars:          true, // http/request resolves valueEnvVar from Config.BaseEnv
+		SandboxedFileStreaming:     true,
+		FileWriteStreaming:         true,
 
 		LinuxRootWritePreservesDevices:              false,
 		LinuxApprovedRootWritePreservesRestrictions: false,

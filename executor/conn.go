@@ -69,7 +69,15 @@ func (s *Server) serveConn(ctx context.Context, mc transport.MessageConn, stream
 		streams: streams,
 	}
 	writerDone := make(chan error, 1)
-	go func() { writerDone <- c.writeLoop() }()
+	go func() {
+		werr := c.writeLoop()
+		// Nothing queued can be written any more: wake the handlers
+		// waiting for room in the queue (a reply, a notification), or
+		// the wind-down below would wait for them for ever once the
+		// writer failed under a full queue.
+		c.out.shutdown()
+		writerDone <- werr
+	}()
 	err := c.readLoop()
 	// Wind down: end long polls, detach the session (its processes keep
 	// running), then let the writer flush the replies already queued.
@@ -79,6 +87,7 @@ func (s *Server) serveConn(ctx context.Context, mc transport.MessageConn, stream
 	}
 	c.handlers.Wait()
 	c.out.shutdown()
+	c.closeMissingWatch() // after shutdown: a notification being handed over gives up
 	if streams != nil {
 		streams.shutdown()
 	}
@@ -118,6 +127,9 @@ type serverConn struct {
 	reads    chan struct{} // semaphore for concurrent long polls
 	handlers sync.WaitGroup
 	out      *outbox
+	http     httpConn // http/request's streams and transport
+	// fs/watchMissing's, made on first use (watch.go)
+	missing *remotefs.MissingWatcher
 
 	streams *streamLanes // native transport: a stream per process
 
@@ -208,6 +220,12 @@ func init() {
 		protocol.MethodProcessTerminate: {family: "exec", call: (*serverConn).processTerminate},
 		protocol.MethodProcessResize:    {family: "exec", call: (*serverConn).processResize},
 		protocol.MethodEnvironmentInfo:  {family: "environment info", call: (*serverConn).environmentInfo},
+		// On the network: beside the read loop.
+		protocol.MethodHTTPRequest: {family: "http", call: (*serverConn).httpRequest, longPoll: true},
+		// envconfig*.go, discover*.go; the last two read files: beside the read loop.
+		protocol.MethodEnvironmentStatus:      {family: "environment status", call: (*serverConn).environmentStatus},
+		protocol.MethodEnvironmentConfigRead:  {family: "environment config", longPoll: true, call: (*serverConn).environmentConfigRead},
+		protocol.MethodCapabilitiesDiscoverV2: {family: "capability discovery", longPoll: true, call: (*serverConn).capabilitiesDiscoverV2},
 	}
 	// fs methods do disk I/O: they run beside the read loop (bounded by
 	// MaxConcurrentReads), so a large read does not stall other requests.
@@ -229,6 +247,9 @@ func init() {
 	fsMethod(protocol.MethodFsWriteBlock, fsCall((*remotefs.Session).WriteBlock))
 	fsMethod(protocol.MethodFsHash, fsCall((*remotefs.Session).Hash))
 	fsMethod(protocol.MethodFsCreateSymlink, fsCall((*remotefs.Session).CreateSymlink))
+	fsMethod(protocol.MethodFsWalk, fsCall((*remotefs.Session).Walk))
+	// On the read loop, in arrival order, as watchIds are judged (watch.go).
+	methods[protocol.MethodFsWatchMissing] = method{family: "fs", call: (*serverConn).fsWatchMissing}
 }
 
 // fsCall adapts a method of the session's file system to the method
@@ -285,6 +306,11 @@ func (c *serverConn) request(m *transport.Message) {
 			}
 		}()
 		res, err := meth.call(c, m)
+		queued := false
+		if ar, ok := res.(afterReplier); ok {
+			// Its work starts once the reply is queued, or is released.
+			defer func() { ar.afterReply(queued) }()
+		}
 		if wrapped && err == nil {
 			res, err = codexResult(m.Method, res)
 		}
@@ -303,7 +329,7 @@ func (c *serverConn) request(m *transport.Message) {
 			c.unparkAll()
 			return
 		}
-		c.out.reply(outMsg{id: m.ID, result: res})
+		queued = c.out.reply(outMsg{id: m.ID, result: res})
 		c.unparkAll()
 	}
 	if !meth.longPoll {
@@ -331,6 +357,12 @@ func decode(m *transport.Message, v any, required bool) error {
 		return nil
 	}
 	if err := m.Params.Decode(v); err != nil {
+		var pe *protocol.Error
+		if errors.As(err, &pe) {
+			// A params type judged the value itself (ExecParams' codex
+			// shapes): its code and codex's own words, as they are.
+			return pe
+		}
 		var b64 base64.CorruptInputError
 		if errors.As(err, &b64) {
 			// encoding/json does not name the field: name the binary
@@ -468,28 +500,36 @@ func (c *serverConn) environmentInfo(*transport.Message) (any, error) {
 // EnvironmentInfo describes this executor for environment/info and
 // initialize. Paths are file: URIs, as codex 0.171 requires.
 func EnvironmentInfo(cfg Config) protocol.EnvironmentInfo {
-	shell := os.Getenv("SHELL")
-	if shell == "" {
-		shell = "/bin/sh"
-		if _, err := os.Stat("/bin/bash"); err == nil {
-			shell = "/bin/bash" // what codex's server reports, where it is true
-		}
-	}
+	name, shell := executorShell()
 	info := protocol.EnvironmentInfo{
-		Shell:                protocol.Shell{Name: filepath.Base(shell), Path: shell},
+		Shell:                protocol.Shell{Name: name, Path: shell},
 		ExecutorVersion:      cfg.Version,
 		ProviderID:           "outpost:" + cfg.Version,
 		Cwd:                  pathmap.URI(cfg.DefaultCwd),
 		PlatformOS:           runtime.GOOS,
 		PrependPathDirs:      []string{},
 		TemporaryDirectories: []string{},
-		TempDir:              pathmap.URI(os.TempDir()),
+		TempDir:              pathmap.URI(absPath(os.TempDir())),
 		Capabilities:         Capabilities(cfg),
+	}
+	// codex lists $TMPDIR (made absolute) when it is set, and nothing else.
+	if t := os.Getenv("TMPDIR"); t != "" {
+		info.TemporaryDirectories = []string{pathmap.URI(absPath(t))}
 	}
 	if home, err := os.UserHomeDir(); err == nil && filepath.IsAbs(home) {
 		info.UserHomeDir = pathmap.URI(home)
 	}
 	return info
+}
+
+// absPath makes p absolute against this process's working directory, as
+// codex's server does with a relative $TMPDIR: a URI must name an
+// absolute path.
+func absPath(p string) string {
+	if a, err := filepath.Abs(p); err == nil {
+		return a
+	}
+	return "/"
 }
 
 // follow implements eventSink: push proc's events to this connection,
@@ -621,6 +661,10 @@ func replyBytes(result any) int {
 	switch r := result.(type) {
 	case protocol.FsReadBlockResult:
 		return len(r.Chunk)
+	case protocol.HTTPRequestResult:
+		return len(r.Body)
+	case protocol.HTTPBodyDelta:
+		return len(r.Delta)
 	case protocol.FsReadFileResult:
 		return len(r.Data)
 	case protocol.CodexCallResult:

@@ -166,7 +166,7 @@ func (s *Session) validateStart(p *protocol.ExecParams) error {
 	if p.Arg0 != nil && strings.ContainsRune(*p.Arg0, 0) {
 		return protocol.KindErrorf(protocol.KindInvalid, protocol.CodeInvalidParams, "arg0 contains a NUL byte")
 	}
-	return nil
+	return validateStartOptions(p)
 }
 
 // prepare turns start params into a Spec on this machine.
@@ -309,7 +309,7 @@ func (s *Session) Start(ctx context.Context, p protocol.ExecParams) (res protoco
 	m := s.srv.cfg.Metrics
 	pspan := s.processSpan(ctx, pid, spec.SandboxType)
 	log := s.srv.log
-	log.Info("process started", s.auditFields(ctx, id, p.Argv, spec.SandboxType, zap.Int("pid", pid))...)
+	log.Info("process started", s.auditFields(ctx, id, p.Argv, spec.SandboxType, append(metadataFields(p.Metadata), zap.Int("pid", pid))...)...)
 	// One goroutine per live process; the process limits bound them.
 	m.started()
 	s.srv.watchers.Add(1)
@@ -340,7 +340,7 @@ func (s *Session) Start(ctx context.Context, p protocol.ExecParams) (res protoco
 	}
 	s.mu.Unlock()
 	go s.evictAfterClose(id, entry)
-	return protocol.StartResult{ProcessID: id, SandboxType: spec.SandboxType, Pid: pid}, nil
+	return protocol.StartResult{ProcessID: id, SandboxType: reportedSandboxType(spec.SandboxType), Pid: pid}, nil
 }
 
 // auditFields are the fields of a process start's log line: the session,

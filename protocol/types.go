@@ -86,6 +86,12 @@ type ExecParams struct {
 	Sandbox               any             `json:"sandbox,omitempty" msgpack:"sandbox,omitempty"`
 	EnforceManagedNetwork bool            `json:"enforceManagedNetwork,omitempty" msgpack:"enforceManagedNetwork,omitempty"`
 	ManagedNetwork        *ManagedNetwork `json:"managedNetwork,omitempty" msgpack:"managedNetwork,omitempty"`
+	// Metadata, ShellSnapshot and NetworkProxy are codex 0.171's options
+	// (exec_options.go). The executor logs Metadata and refuses the
+	// other two: it restores no snapshot and launches no proxy.
+	Metadata      *ExecMetadata         `json:"metadata,omitempty" msgpack:"metadata,omitempty"`
+	ShellSnapshot *ShellSnapshotRequest `json:"shellSnapshot,omitempty" msgpack:"shellSnapshot,omitempty"`
+	NetworkProxy  *NetworkProxyLaunch   `json:"networkProxy,omitempty" msgpack:"networkProxy,omitempty"`
 	// Rows and Cols size the PTY at start (outpost addition; 0 = default).
 	Rows uint16 `json:"rows,omitempty" msgpack:"rows,omitempty"`
 	Cols uint16 `json:"cols,omitempty" msgpack:"cols,omitempty"`
@@ -96,7 +102,10 @@ type ExecParams struct {
 
 // StartResult is the result of process/start.
 type StartResult struct {
-	ProcessID   string `json:"processId" msgpack:"processId"`
+	ProcessID string `json:"processId" msgpack:"processId"`
+	// SandboxType is codex 0.171's name for how the command runs: "none"
+	// (as is) or "linuxSeccomp" (under the sandbox helper). Always sent,
+	// as codex 0.171 does (0.145 sent none).
 	SandboxType string `json:"sandboxType,omitempty" msgpack:"sandboxType,omitempty"`
 	// Pid is the child's process id on the executor, which is also its
 	// process group (outpost addition).
