@@ -1,6 +1,6 @@
 // Package bridge lets a codex client use an outpost executor it cannot
 // reach directly. It serves codex's exec-server protocol — JSON-RPC lite
-// over WebSocket, exactly as `outpost executor serve --listen ws://` does —
+// over WebSocket or stdio, exactly as `outpost executor serve` does —
 // and forwards every request over outpost's native transport (Noise IK end
 // to end with the executor's key pinned, the multiplexer, msgpack), straight to a
 // tcp:// or unix:// executor or through a relay:
@@ -29,26 +29,35 @@
 //
 // # Requests
 //
-// Every request's params are decoded into the matching protocol params
-// struct — so binary fields (base64 in JSON, raw bytes in msgpack) convert
-// — and sent upstream with the same method through Remote.Call; the typed
-// result is encoded back as JSON. An executor error comes back with its
-// code and message; an unknown method is -32601. `process/start` goes
-// through Remote.StartProcess with the params as codex sent them (its
-// `sandbox` object — and that of fs/* calls — passes through untouched,
-// numbers kept exact rather than rounded through float64: the executor
-// parses and enforces it), and the bridge then forwards that process's events as
-// codex notifications — process/output (base64 chunk), process/exited and
-// process/closed, with the shapes the executor's own JSON front uses — in
-// seq order, each once, after the reply to the start.
+// One front end: the bridge serves initialize and process/* itself — it
+// keeps their state, the sessions and the processes whose events it
+// forwards and resumes — and forwards every other request as codex wrote
+// it (client.Remote.CallCodex: codex/call on the native transport,
+// PROTOCOL.md 4.4), so a method the executor gains (fs/walk,
+// http/request, environmentConfig/read, …) passes through without a change
+// here, with the executor's result or error (code, message, kind) back
+// unchanged; a method the executor lacks is its -32601. The executor's
+// other notifications (fs/missingChanged, http/request/bodyDelta) reach
+// codex through the session's queue, in the executor's order. process/start
+// too is sent as codex wrote it (client.Remote.StartProcessCodex: the
+// executor decodes and judges every field, its sandbox object included, and
+// its result comes back as it sent it); the bridge reads only the process
+// id, and then forwards that process's events as codex notifications —
+// process/output (base64 chunk), process/exited and process/closed, with
+// the shapes the executor's own JSON front uses — in seq order, each once,
+// after the reply to the start.
 //
 // As on the executor, requests that change a process (start, write,
-// signal, terminate, resize) and environment/info run one at a time in
-// arrival order, while process/read (which may long-poll) and the fs/*
-// methods run beside them. `process/write` keeps codex's writeId, so a
-// write retried after an upstream reconnect is applied once; reads and
-// other idempotent requests are retried across reconnects
-// (client.Idempotent), the rest fail with an error naming the disconnect.
+// signal, terminate, resize) run one at a time in arrival order, while
+// process/read (which may long-poll) and the forwarded methods run beside
+// them. `process/write` keeps codex's writeId, so a write retried after an
+// upstream reconnect is applied once; reads and other idempotent requests
+// are retried across reconnects (client.Idempotent, and CallCodex's
+// read-only methods), the rest fail with an error naming the disconnect.
+//
+// codex connects over a WebSocket (Handler, Listen) — the upgrade checked
+// by transport.WSAuth, as the executor's ws listener checks it — or over
+// stdin and stdout (ServeStdio), as a program codex starts.
 //
 // # Failure
 //
@@ -96,7 +105,6 @@
 package bridge
 
 import (
-	"bytes"
 	"cmp"
 	"context"
 	"encoding/base64"
@@ -106,8 +114,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"reflect"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -749,7 +755,7 @@ func (s *session) upstreamError(method string, err error) *protocol.Error {
 
 // start starts a process upstream and its forwarder, which waits for gate
 // (the reply written) before pushing events.
-func (s *session) start(ctx context.Context, p protocol.ExecParams, gate, connDone <-chan struct{}) (any, error) {
+func (s *session) start(ctx context.Context, p protocol.ExecParams, raw json.RawMessage, gate, connDone <-chan struct{}) (any, error) {
 	if p.ProcessID == "" {
 		return nil, protocol.KindErrorf(protocol.KindInvalid, protocol.CodeInvalidParams, "processId must not be empty")
 	}
@@ -768,7 +774,7 @@ func (s *session) start(ctx context.Context, p protocol.ExecParams, gate, connDo
 	}
 	s.procs[p.ProcessID] = entry
 	s.mu.Unlock()
-	cp, res, err := s.remote.StartProcess(ctx, p)
+	cp, res, err := s.remote.StartProcessCodex(ctx, p, raw)
 	if err != nil {
 		s.forget(entry)
 		return nil, s.upstreamError(protocol.MethodProcessStart, err)
@@ -1199,9 +1205,10 @@ var methods = map[string]method{
 }
 
 // codexMethod is the table entry of a method the bridge forwards as it
-// is: beside the in-order ones, as the executor runs fs/* calls.
+// is (conn.forwardCodex): beside the in-order ones, as the executor runs
+// fs/* calls.
 func codexMethod(name string) method {
-	return method{family: familyOf(name), concurrent: true, call: forwardCodex}
+	return method{family: familyOf(name), concurrent: true}
 }
 
 // familyOf names a method's family in lifecycle errors, as the executor
@@ -1216,22 +1223,6 @@ func familyOf(name string) string {
 		return "environment info"
 	}
 	return name
-}
-
-// forwardCodex sends a request upstream with its params as codex wrote
-// them and returns the executor's result as it sent it.
-func forwardCodex(ctx context.Context, s *session, m *transport.Message) (any, error) {
-	var raw json.RawMessage
-	if m.Params != nil && !m.Params.Absent() {
-		if err := m.Params.Decode(&raw); err != nil {
-			return nil, protocol.KindErrorf(protocol.KindInvalid, protocol.CodeInvalidParams, "invalid params for %s: %v", m.Method, err)
-		}
-	}
-	res, err := s.remote.CallCodex(ctx, m.Method, raw)
-	if err != nil {
-		return nil, s.upstreamError(m.Method, err)
-	}
-	return res, nil
 }
 
 // forward decodes the params (required) into P, calls the same method
@@ -1260,69 +1251,11 @@ func decode(m *transport.Message, v any, required bool) error {
 	if err := m.Params.Decode(v); err != nil {
 		var b64 base64.CorruptInputError
 		if errors.As(err, &b64) {
-			if m.Method == protocol.MethodFsWriteFile {
-				return protocol.KindErrorf(protocol.KindInvalid, protocol.CodeInvalidRequest, "fs/writeFile requires valid base64 dataBase64: %v", err)
-			}
 			return protocol.KindErrorf(protocol.KindInvalid, protocol.CodeInvalidParams, "invalid params for %s: chunk is not valid base64: %v", m.Method, err)
 		}
 		return protocol.KindErrorf(protocol.KindInvalid, protocol.CodeInvalidParams, "invalid params for %s: %v", m.Method, err)
 	}
-	if err := exactSandbox(m, v); err != nil {
-		return protocol.KindErrorf(protocol.KindInvalid, protocol.CodeInvalidParams, "invalid params for %s: sandbox: %v", m.Method, err)
-	}
 	return nil
-}
-
-// exactSandbox re-reads the "sandbox" member of params that have one
-// (process/start, fs/*) with its numbers kept exact — integers as int64 or
-// uint64, not float64 — so the policy object reaches the executor, which
-// parses and enforces it, as codex wrote it.
-func exactSandbox(m *transport.Message, v any) error {
-	rv := reflect.ValueOf(v)
-	if rv.Kind() != reflect.Pointer || rv.Elem().Kind() != reflect.Struct {
-		return nil
-	}
-	field := rv.Elem().FieldByName("Sandbox")
-	if !field.IsValid() || field.Kind() != reflect.Interface || field.IsNil() {
-		return nil
-	}
-	var raw struct {
-		Sandbox json.RawMessage `json:"sandbox"`
-	}
-	if err := m.Params.Decode(&raw); err != nil {
-		return err
-	}
-	dec := json.NewDecoder(bytes.NewReader(raw.Sandbox))
-	dec.UseNumber()
-	var sb any
-	if err := dec.Decode(&sb); err != nil {
-		return err
-	}
-	field.Set(reflect.ValueOf(exactNumbers(sb)))
-	return nil
-}
-
-func exactNumbers(v any) any {
-	switch v := v.(type) {
-	case map[string]any:
-		for k, e := range v {
-			v[k] = exactNumbers(e)
-		}
-	case []any:
-		for i, e := range v {
-			v[i] = exactNumbers(e)
-		}
-	case json.Number:
-		if n, err := v.Int64(); err == nil {
-			return n
-		}
-		if n, err := strconv.ParseUint(string(v), 10, 64); err == nil {
-			return n
-		}
-		f, _ := v.Float64()
-		return f
-	}
-	return v
 }
 
 func (c *conn) request(m *transport.Message) {
@@ -1362,12 +1295,42 @@ func (c *conn) request(m *transport.Message) {
 	c.calls.Add(1)
 	go func() {
 		defer func() { <-c.sem; c.calls.Done() }()
+		if meth.call == nil { // forwarded as codex wrote it
+			c.forwardCodex(m)
+			return
+		}
 		res, err := meth.call(c.ctx, c.sess, m)
 		if c.ctx.Err() != nil {
 			return // the connection is gone; nobody waits for this reply
 		}
 		c.answer(m.ID, res, err)
 	}()
+}
+
+// forwardCodex sends a request upstream with its params as codex wrote
+// them and answers with the executor's result as it sent it. The answer
+// is queued before any notification the executor sent after it is
+// passed on (client.Remote.CallCodexThen), so codex sees them in the
+// executor's order: an http/request's reply before its body deltas.
+func (c *conn) forwardCodex(m *transport.Message) {
+	var raw json.RawMessage
+	if m.Params != nil && !m.Params.Absent() {
+		if err := m.Params.Decode(&raw); err != nil {
+			c.answer(m.ID, nil, protocol.KindErrorf(protocol.KindInvalid, protocol.CodeInvalidParams, "invalid params for %s: %v", m.Method, err))
+			return
+		}
+	}
+	s := c.sess
+	s.remote.CallCodexThen(c.ctx, m.Method, raw, func(res json.RawMessage, err error) {
+		if c.ctx.Err() != nil {
+			return // the connection is gone; nobody waits for this reply
+		}
+		if err != nil {
+			c.answer(m.ID, nil, s.upstreamError(m.Method, err))
+			return
+		}
+		c.answer(m.ID, res, nil)
+	})
 }
 
 func (c *conn) answer(id transport.ID, res any, err error) {
@@ -1389,11 +1352,20 @@ func (c *conn) serialLoop() {
 	for m := range c.serial {
 		ctx, cancel := context.WithTimeout(c.b.ctx, serialTimeout)
 		if m.Method == protocol.MethodProcessStart {
-			var p protocol.ExecParams
+			// The params go to the executor as codex wrote them (it
+			// decodes and judges them, fields outpost's types lack
+			// included); the bridge reads only the process id.
+			var id struct {
+				ProcessID string `json:"processId"`
+			}
+			var raw json.RawMessage
 			r := &reply{id: m.ID, written: make(chan struct{})}
-			res, err := any(nil), decode(m, &p, true)
+			res, err := any(nil), decode(m, &id, true)
 			if err == nil {
-				res, err = c.sess.start(ctx, p, r.written, c.ctx.Done())
+				err = m.Params.Decode(&raw)
+			}
+			if err == nil {
+				res, err = c.sess.start(ctx, protocol.ExecParams{ProcessID: id.ProcessID}, raw, r.written, c.ctx.Done())
 			}
 			if err != nil {
 				c.answer(m.ID, nil, err)

@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
@@ -30,26 +31,62 @@ func (r *Remote) Call(ctx context.Context, method string, params, result any) er
 // the process id, its pid and the sandbox type the executor chose, for
 // callers that pass the result on (the codex bridge).
 func (r *Remote) StartProcess(ctx context.Context, params protocol.ExecParams) (_ *Process, _ protocol.StartResult, err error) {
+	p, res, _, err := r.startProcess(ctx, params, nil)
+	return p, res, err
+}
+
+// StartProcessCodex is StartProcess for a front end that relays codex
+// (outpost bridge): raw is process/start's params as codex wrote them,
+// sent as they are (codex/call on the native transport) so the executor
+// decodes and judges exactly what codex sent — fields outpost's types do
+// not know included — and the result comes back as the executor's JSON.
+// params is raw decoded, for the process id. raw must name that process
+// id; it is sent unchanged, so no trace context is added.
+func (r *Remote) StartProcessCodex(ctx context.Context, params protocol.ExecParams, raw json.RawMessage) (*Process, json.RawMessage, error) {
+	if params.ProcessID == "" {
+		return nil, nil, protocol.KindErrorf(protocol.KindInvalid, protocol.CodeInvalidParams, "processId must not be empty")
+	}
+	p, _, out, err := r.startProcess(ctx, params, raw)
+	return p, out, err
+}
+
+func (r *Remote) startProcess(ctx context.Context, params protocol.ExecParams, raw json.RawMessage) (_ *Process, _ protocol.StartResult, _ json.RawMessage, err error) {
 	ctx, p, params, end, err := r.prepareStart(ctx, params)
 	if err != nil {
-		return nil, protocol.StartResult{}, err
+		return nil, protocol.StartResult{}, nil, err
 	}
 	defer func() { end(err) }()
 	var res protocol.StartResult
-	err = r.call(ctx, false, protocol.MethodProcessStart, params, &res)
+	var out json.RawMessage
+	send := func(res *protocol.StartResult) error {
+		if raw == nil {
+			return r.call(ctx, false, protocol.MethodProcessStart, params, res)
+		}
+		var err error
+		if out, err = r.CallCodex(ctx, protocol.MethodProcessStart, raw); err != nil {
+			return err
+		}
+		json.Unmarshal(out, res) // for the pid; the caller passes out on
+		return nil
+	}
+	err = send(&res)
 	if errors.Is(err, errTransport) {
-		err = r.recoverStart(ctx, p, params, &res)
+		err = r.recoverStart(ctx, p, params, &res, send)
+		if err == nil && raw != nil && out == nil {
+			// It had run: the answer was lost with the connection.
+			out, _ = json.Marshal(res)
+		}
 	}
 	if err != nil {
 		r.forget(p)
-		return nil, protocol.StartResult{}, err
+		return nil, protocol.StartResult{}, nil, err
 	}
 	p.pid = res.Pid
 	p.started.Store(true)
 	if res.ProcessID == "" {
 		res.ProcessID = p.id
 	}
-	return p, res, nil
+	return p, res, out, nil
 }
 
 // recoverStart settles a process/start whose connection dropped before
@@ -60,7 +97,7 @@ func (r *Remote) StartProcess(ctx context.Context, params protocol.ExecParams) (
 // says the id is unknown, the start never arrived and is sent again. A
 // start is never run twice. It gives up (the transport error) when the
 // session cannot resume or ctx ends.
-func (r *Remote) recoverStart(ctx context.Context, p *Process, params protocol.ExecParams, res *protocol.StartResult) error {
+func (r *Remote) recoverStart(ctx context.Context, p *Process, params protocol.ExecParams, res *protocol.StartResult, send func(*protocol.StartResult) error) error {
 	if r.cfg.NoResume {
 		return fmt.Errorf("%s: %w", protocol.MethodProcessStart, errTransport)
 	}
@@ -81,7 +118,7 @@ func (r *Remote) recoverStart(ctx context.Context, p *Process, params protocol.E
 		case attempt == maxStartRecoveries:
 			return fmt.Errorf("%s: %w (the connection dropped under it %d times)", protocol.MethodProcessStart, errTransport, attempt+1)
 		}
-		err = r.call(ctx, false, protocol.MethodProcessStart, params, res)
+		err = send(res)
 		if !errors.Is(err, errTransport) {
 			return err
 		}

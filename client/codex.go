@@ -21,37 +21,80 @@ import (
 // *protocol.Error. Requests that only read (see codexReadOnly) are sent
 // again after a reconnect; others fail with the disconnect.
 func (r *Remote) CallCodex(ctx context.Context, method string, params json.RawMessage) (json.RawMessage, error) {
+	return r.CallCodexThen(ctx, method, params, nil)
+}
+
+// CallCodexThen is CallCodex for a front end that relays the answer and
+// the notifications alike (outpost bridge): then (when not nil) runs with
+// the outcome, and the notifications the executor sent after the answer
+// reach OnCodexNotification's function only once then has returned — so
+// a reply passed on in then goes out before them, as the executor sent it.
+func (r *Remote) CallCodexThen(ctx context.Context, method string, params json.RawMessage, then func(json.RawMessage, error)) (json.RawMessage, error) {
 	retry := codexReadOnly[method]
 	for {
 		c, err := r.current(ctx)
 		if err != nil {
-			return nil, err
+			return r.codexDone(nil, err, then)
 		}
 		var out json.RawMessage
+		var res protocol.CodexCallResult
+		var last bool
+		var invalid error // a result that is not JSON, refused in relay
+		relay := func(err error) {
+			switch {
+			case err == nil:
+				if !c.json {
+					out = res.Result
+				}
+				if len(out) == 0 {
+					out = json.RawMessage("null")
+				} else if !c.json && !json.Valid(out) {
+					// Bytes, not JSON: passed on, they would fail the
+					// relaying front end's write and drop its codex
+					// connection.
+					invalid = protocol.KindErrorf(protocol.KindInternal, protocol.CodeInternal, "%s: the executor's result is not valid JSON", method)
+					out, err = nil, invalid
+				}
+			case errors.Is(err, ErrClosed) && retry && !r.cfg.NoResume:
+				return // sent again on the resumed connection: not the outcome
+			case errors.Is(err, ErrClosed):
+				err = fmt.Errorf("%s: %w: %v", method, errTransport, err)
+			}
+			last = true
+			if then != nil {
+				then(out, err)
+			}
+		}
 		if c.json {
 			var p any
 			if len(params) > 0 {
 				p = params
 			}
-			err = c.rpc.Call(ctx, method, p, &out)
+			err = c.rpc.CallThen(ctx, method, p, &out, relay)
 		} else {
-			var res protocol.CodexCallResult
-			err = c.rpc.Call(ctx, protocol.MethodCodexCall, protocol.CodexCallParams{Method: method, Params: params}, &res)
-			out = res.Result
+			err = c.rpc.CallThen(ctx, protocol.MethodCodexCall, protocol.CodexCallParams{Method: method, Params: params}, &res, relay)
 		}
-		if err == nil {
-			if len(out) == 0 {
-				out = json.RawMessage("null")
+		if last {
+			if err == nil && invalid != nil {
+				err = invalid
+			}
+			if err != nil {
+				if errors.Is(err, ErrClosed) {
+					err = fmt.Errorf("%s: %w: %v", method, errTransport, err)
+				}
+				return nil, err
 			}
 			return out, nil
 		}
-		if !errors.Is(err, ErrClosed) {
-			return nil, err
-		}
-		if !retry || r.cfg.NoResume {
-			return nil, fmt.Errorf("%s: %w: %v", method, errTransport, err)
-		}
 	}
+}
+
+// codexDone reports an outcome that never reached the connection.
+func (r *Remote) codexDone(out json.RawMessage, err error, then func(json.RawMessage, error)) (json.RawMessage, error) {
+	if then != nil {
+		then(out, err)
+	}
+	return out, err
 }
 
 // codexReadOnly are the codex requests that change nothing on the
@@ -95,6 +138,12 @@ func (r *Remote) routeCodex(method string, params transport.Params) {
 	if method == protocol.MethodCodexNotification {
 		var n protocol.CodexNotification
 		if params == nil || params.Decode(&n) != nil || n.Method == "" {
+			return
+		}
+		if len(n.Params) > 0 && !json.Valid(n.Params) {
+			// Not JSON: a front end could never write it to codex, and one
+			// that keeps an unwritten notification for the next connection
+			// would fail on it again and again. Dropped.
 			return
 		}
 		method, raw = n.Method, n.Params

@@ -226,7 +226,9 @@ func newRemoteStart(ctx context.Context, url string, dial dialFunc, cfg Config, 
 		if errors.Is(err, ErrClosed) {
 			// The connection dropped under the start: settle it on the
 			// resumed session.
-			err = r.recoverStart(sctx, p, params, &res)
+			err = r.recoverStart(sctx, p, params, &res, func(res *protocol.StartResult) error {
+				return r.call(sctx, false, protocol.MethodProcessStart, params, res)
+			})
 		}
 		if err != nil {
 			r.forget(p)

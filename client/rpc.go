@@ -29,16 +29,27 @@ type RPC struct {
 	wmu    sync.Mutex
 
 	mu      sync.Mutex
-	pending map[int64]chan rpcReply
+	pending map[int64]*waiter
 	err     error
 	done    chan struct{}
 
 	onNotify func(method string, params transport.Params)
 }
 
+// waiter is a request waiting for its answer. An ordered one (CallThen)
+// holds back the notifications read after its answer until its caller has
+// handled the answer: so a front end that relays both (the codex bridge)
+// passes on a reply before the notifications the executor sent after it.
+type waiter struct {
+	ch        chan rpcReply
+	ordered   bool
+	abandoned chan struct{} // closed when the caller stops waiting
+}
+
 type rpcReply struct {
-	result transport.Params
-	err    *protocol.Error
+	result  transport.Params
+	err     *protocol.Error
+	handled chan struct{} // ordered: closed by the caller once it has handled the reply
 }
 
 // DialOptions configure Dial.
@@ -72,13 +83,17 @@ func DialWS(ctx context.Context, url string, opts DialOptions, onNotify func(met
 // goroutine for every notification, in arrival order; it may block to
 // apply backpressure.
 func NewRPC(mc transport.MessageConn, onNotify func(method string, params transport.Params)) *RPC {
-	r := &RPC{mc: mc, pending: make(map[int64]chan rpcReply), done: make(chan struct{}), onNotify: onNotify}
+	r := &RPC{mc: mc, pending: make(map[int64]*waiter), done: make(chan struct{}), onNotify: onNotify}
 	go r.readLoop()
 	return r
 }
 
 func (r *RPC) readLoop() {
 	var err error
+	// hold is the last ordered answer handed over: no notification is
+	// delivered until its caller has handled it (or stopped waiting).
+	var hold *waiter
+	var handled chan struct{}
 	for {
 		var m *transport.Message
 		m, err = r.mc.ReadMessage(context.Background())
@@ -95,13 +110,25 @@ func (r *RPC) readLoop() {
 				continue
 			}
 			r.mu.Lock()
-			ch := r.pending[m.ID.Num]
+			w := r.pending[m.ID.Num]
 			delete(r.pending, m.ID.Num)
 			r.mu.Unlock()
-			if ch != nil {
-				ch <- rpcReply{result: m.Result, err: m.Error}
+			if w != nil {
+				rep := rpcReply{result: m.Result, err: m.Error}
+				if w.ordered {
+					rep.handled = make(chan struct{})
+					hold, handled = w, rep.handled
+				}
+				w.ch <- rep
 			}
 		case transport.KindNotification:
+			if hold != nil {
+				select {
+				case <-handled:
+				case <-hold.abandoned:
+				}
+				hold, handled = nil, nil
+			}
 			if r.onNotify != nil {
 				r.onNotify(m.Method, m.Params)
 			}
@@ -139,12 +166,27 @@ func (r *RPC) Call(ctx context.Context, method string, params, result any) error
 	return pc.Wait(ctx, result)
 }
 
+// CallThen is Call for a caller that relays the answer and the
+// connection's notifications alike: then runs with Call's error once the
+// answer is in (result decoded), and notifications read after the answer
+// are delivered only once then has returned. It returns what then was
+// given.
+func (r *RPC) CallThen(ctx context.Context, method string, params, result any, then func(error)) error {
+	pc, err := r.send(ctx, method, params, true)
+	if err != nil {
+		then(err)
+		return err
+	}
+	err = pc.wait(ctx, result, then)
+	return err
+}
+
 // Pending is a request sent and not yet answered (see Send).
 type Pending struct {
 	r      *RPC
 	id     int64
 	method string
-	ch     chan rpcReply
+	w      *waiter
 }
 
 // Send writes a request and returns at once, without waiting for its
@@ -152,14 +194,18 @@ type Pending struct {
 // pipeline several (initialize, then process/start) in one round trip.
 // Wait collects the answer.
 func (r *RPC) Send(ctx context.Context, method string, params any) (*Pending, error) {
+	return r.send(ctx, method, params, false)
+}
+
+func (r *RPC) send(ctx context.Context, method string, params any, ordered bool) (*Pending, error) {
 	id := r.nextID.Add(1)
-	ch := make(chan rpcReply, 1)
+	w := &waiter{ch: make(chan rpcReply, 1), ordered: ordered, abandoned: make(chan struct{})}
 	r.mu.Lock()
 	if r.err != nil {
 		r.mu.Unlock()
 		return nil, r.err
 	}
-	r.pending[id] = ch
+	r.pending[id] = w
 	r.mu.Unlock()
 	r.wmu.Lock()
 	err := r.mc.WriteRequest(ctx, transport.IntID(id), method, params)
@@ -170,35 +216,61 @@ func (r *RPC) Send(ctx context.Context, method string, params any) (*Pending, er
 		r.mu.Unlock()
 		return nil, fmt.Errorf("%s: %w", method, err)
 	}
-	return &Pending{r: r, id: id, method: method, ch: ch}, nil
+	return &Pending{r: r, id: id, method: method, w: w}, nil
 }
 
 // Wait waits for the request's answer and decodes its result into result
 // (if non-nil). A JSON-RPC error is returned as *protocol.Error. Call it
 // at most once.
 func (p *Pending) Wait(ctx context.Context, result any) error {
+	return p.wait(ctx, result, nil)
+}
+
+// wait is Wait, running then (when set) with the outcome before an
+// ordered answer is released to later notifications.
+func (p *Pending) wait(ctx context.Context, result any, then func(error)) error {
 	r := p.r
 	var rep rpcReply
 	select {
-	case rep = <-p.ch:
+	case rep = <-p.w.ch:
 	case <-ctx.Done():
 		r.mu.Lock()
 		delete(r.pending, p.id)
 		r.mu.Unlock()
-		return ctx.Err()
+		close(p.w.abandoned) // an answer handed over meanwhile holds nothing back
+		err := ctx.Err()
+		if then != nil {
+			then(err)
+		}
+		return err
 	case <-r.done:
 		select {
-		case rep = <-p.ch: // answered just before the end
+		case rep = <-p.w.ch: // answered just before the end
 		default:
-			return r.Err()
+			err := r.Err()
+			if then != nil {
+				then(err)
+			}
+			return err
 		}
 	}
+	if rep.handled != nil {
+		defer close(rep.handled)
+	}
+	err := rep.decode(p.method, result)
+	if then != nil {
+		then(err)
+	}
+	return err
+}
+
+func (rep rpcReply) decode(method string, result any) error {
 	if rep.err != nil {
 		return rep.err
 	}
 	if result != nil {
 		if err := rep.result.Decode(result); err != nil {
-			return fmt.Errorf("%s: decoding result: %w", p.method, err)
+			return fmt.Errorf("%s: decoding result: %w", method, err)
 		}
 	}
 	return nil
