@@ -1,10 +1,19 @@
 package conformance
 
-// End to end with the real codex CLI: `codex exec` (0.145.0) talks to a
-// scripted model (internal/fakemodel) and runs the model's shell commands
-// on an exec-server named by CODEX_EXEC_SERVER_URL — outpost's executor
-// (`executor serve --listen ws://`, or `outpost bridge` → relay →
-// `executor join`), or, as the reference, codex's own `codex exec-server`.
+// End to end with the real codex CLI: `codex exec` of each release in
+// peers.CodexVersions talks to a scripted model (internal/fakemodel) and
+// runs the model's tools on an exec-server named by CODEX_EXEC_SERVER_URL —
+// outpost's executor (`executor serve --listen ws://`, or `outpost bridge`
+// → relay → `executor join`), or, as the reference, that release's own
+// `codex exec-server`. Between codex and the server sits a wire tap
+// (codexcli_capture_test.go); the executor side is set up to differ from
+// the test's own (codexcli_host_test.go); the cases that compare a server
+// with the reference are in codexcli_scenarios_test.go.
+//
+// Knobs: OUTPOST_CODEX_CAPTURE=DIR writes every run's wire messages to
+// DIR; OUTPOST_CODEXCLI_OUTPOST_BIN judges a prebuilt outpost instead of
+// this checkout; OUTPOST_CODEXCLI_FAULTS=m1,m2 makes the taps refuse those
+// methods (to see the cases that should fail, fail).
 //
 // Where a command ran is checked from outside: while a command is still
 // running (it waits for the test), the test finds its processes by a marker
@@ -42,25 +51,28 @@ type codexResult struct {
 	Stdout, Stderr string
 	// Requests is every request codex sent to the model, in order.
 	Requests []fakemodel.Request
-	// Outputs is every function_call_output codex handed back to the
-	// model (from its last request), in call order.
+	// Outputs is every tool output codex handed back to the model (from
+	// its last request), in call order.
 	Outputs []fakemodel.ToolOutput
+	// Wire is what codex and the exec-server said to each other.
+	Wire *wireTap
+	// CLIPid is the pid `codex exec` ran as.
+	CLIPid int
 }
 
-// runCodexExec runs `codex exec` in workspace with extra args (e.g. "-s",
-// "read-only"), the scripted model answering with script, and its commands
-// sent to the exec-server at execServerURL. It fails the test when codex
-// fails, times out, or the model saw something the script did not expect.
-func runCodexExec(t *testing.T, execServerURL, workspace string, args []string, script []fakemodel.Step) codexResult {
+// runCodexExec runs srv's `codex exec` in workspace with extra args (e.g.
+// "-s", "read-only"), the scripted model answering with script, and its
+// commands sent to srv through a wire tap. It fails the test when codex
+// fails, times out, or the model saw something the script did not expect,
+// and reports (without stopping) each line of codex's stderr that tells of
+// trouble with the execution environment (envTrouble).
+func runCodexExec(t *testing.T, srv execServer, workspace string, args []string, script []fakemodel.Step) codexResult {
 	t.Helper()
-	codexBin, err := peers.CodexBinary()
-	if err != nil {
-		t.Skipf("skipping the codex CLI test: %v", err)
-	}
 	model := fakemodel.Start(script)
 	defer model.Close()
+	tap := startTap(t, srv.url)
 
-	env, err := fakemodel.CodexEnv(t.TempDir(), model.BaseURL(), execServerURL)
+	env, err := fakemodel.CodexEnv(t.TempDir(), model.BaseURL(), tap.URL)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -72,7 +84,7 @@ func runCodexExec(t *testing.T, execServerURL, workspace string, args []string, 
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, codexBin, argv...)
+	cmd := exec.CommandContext(ctx, srv.cli, argv...)
 	cmd.Dir = workspace
 	cmd.Env = env
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
@@ -86,13 +98,14 @@ func runCodexExec(t *testing.T, execServerURL, workspace string, args []string, 
 	}
 
 	reqs, errs := model.Requests(), model.Errors()
-	res := codexResult{ExitCode: cmd.ProcessState.ExitCode(), Stdout: stdout.String(), Stderr: stderr.String(), Requests: reqs, Outputs: model.ToolOutputs()}
+	res := codexResult{ExitCode: cmd.ProcessState.ExitCode(), Stdout: stdout.String(), Stderr: stderr.String(), Requests: reqs, Outputs: model.ToolOutputs(), Wire: tap, CLIPid: cmd.Process.Pid}
 	report := func() string {
 		var b strings.Builder
-		fmt.Fprintf(&b, "codex %s\nexit %d\nstdout:\n%s\nstderr:\n%s\nmodel saw %d requests; tool outputs:\n", strings.Join(argv, " "), res.ExitCode, res.Stdout, res.Stderr, len(reqs))
+		fmt.Fprintf(&b, "codex %s %s\nexit %d\nstdout:\n%s\nstderr:\n%s\nmodel saw %d requests; tool outputs:\n", srv.version, strings.Join(argv, " "), res.ExitCode, res.Stdout, res.Stderr, len(reqs))
 		for i := range res.Outputs {
 			fmt.Fprintf(&b, "  %d: %s\n", i, &res.Outputs[i])
 		}
+		fmt.Fprintf(&b, "exec-server methods: %v\n", tap.Methods())
 		return b.String()
 	}
 	switch {
@@ -102,6 +115,9 @@ func runCodexExec(t *testing.T, execServerURL, workspace string, args []string, 
 		t.Fatalf("codex exec: %v\n%s", runErr, report())
 	case len(errs) > 0:
 		t.Fatalf("scripted model: %v\n%s", errors.Join(errs...), report())
+	}
+	if lines := envTrouble(res.Stderr); len(lines) > 0 {
+		t.Errorf("codex complained about the %s exec-server:\n  %s", srv.name, strings.Join(lines, "\n  "))
 	}
 	t.Logf("%s", report())
 	return res
@@ -190,75 +206,184 @@ func randomTag() string {
 	return hex.EncodeToString(b)
 }
 
-// execServer is an exec-server for codex to use: its URL (for
-// CODEX_EXEC_SERVER_URL) and the pid of the process that starts the
-// commands (the one they must descend from).
+// execServer is an exec-server for one codex release to use: its URL (for
+// CODEX_EXEC_SERVER_URL), the pid of the process that starts the commands
+// (the one they must descend from), and the codex CLI that talks to it.
 //
-// codexCLICases run against any execServer: another way to reach an
-// executor is one more execServer — through `outpost bridge` → relay →
-// `executor join`, the url is the bridge's and the pid the joined
-// executor's.
+// Another way to reach an executor is one more execServer: through
+// `outpost bridge` → relay → `executor join`, the url is the bridge's and
+// the pid the joined executor's.
 type execServer struct {
-	name string
-	url  string
-	pid  int
+	name    string // "codex" (the reference), "outpost", "outpost-bridge-relay"
+	url     string
+	pid     int
+	version string // of the codex CLI
+	cli     string // the codex CLI binary
+	// host is the executor side's setup: its login shell, CODEX_HOME
+	// and the MCP server that names.
+	host *executorHost
+	// another starts one more server of this kind (the same binary, its
+	// executor side host) for a case that needs a differently set up
+	// executor; nil where a case cannot have one.
+	another func(ctx context.Context, host *executorHost) (*peers.Server, error)
 }
 
-// TestCodexCLI runs `codex exec` against outpost's executor — served on
-// ws:// directly, and reached through `outpost bridge` and a relay — and,
-// as the reference, against codex's own exec-server. Every part is a
-// separate process built from this checkout.
+// outpostBinEnv names a prebuilt outpost binary for TestCodexCLI to judge
+// instead of building this checkout: an older release, or a deliberately
+// broken build, to see which cases catch what.
+const outpostBinEnv = "OUTPOST_CODEXCLI_OUTPOST_BIN"
+
+// TestCodexCLI runs every case with each codex release of
+// peers.CodexVersions: its `codex exec` against its own `codex
+// exec-server` (the reference), against outpost's executor served on
+// ws://, and against one reached through `outpost bridge` and a relay.
+// Every part is a separate process built from this checkout (or the
+// outpost binary outpostBinEnv names).
+//
+// A release's three servers are started once and shared by its cases.
+// The reference runs first, recording what the comparing cases observe;
+// then the two outpost servers run at once, each compared with it.
+// Releases run in parallel (as -parallel allows).
 func TestCodexCLI(t *testing.T) {
-	codexBin, err := peers.CodexBinary()
-	if err != nil {
+	if _, err := peers.CodexBinary(); err != nil {
 		t.Skipf("skipping the codex CLI test: %v", err)
 	}
-	bin, err := peers.BuildOutpost(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
+	bin := os.Getenv(outpostBinEnv)
+	if bin == "" {
+		var err error
+		if bin, err = peers.BuildOutpost(t.TempDir()); err != nil {
+			t.Fatal(err)
+		}
 	}
+	shell := newHostShell(t)
+	for _, version := range peers.CodexVersions {
+		t.Run(version, func(t *testing.T) {
+			t.Parallel()
+			cli, err := peers.CodexBinaryAt(version)
+			if err != nil {
+				t.Skipf("skipping codex %s: %v", version, err)
+			}
+			codexCLIMatrix(t, bin, version, cli, shell)
+		})
+	}
+}
+
+func codexCLIMatrix(t *testing.T, bin, version, cli string, shell hostShell) {
+	// Each server its own executor side (CODEX_HOME, MCP server), so
+	// what a case sees of it is that server's doing.
+	hostCodex, hostOurs, hostChain := newExecutorHost(t, shell), newExecutorHost(t, shell), newExecutorHost(t, shell)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	theirs, err := peers.StartCodex(ctx, codexBin)
+	startCodex := func(ctx context.Context, h *executorHost) (*peers.Server, error) {
+		return peers.Start(ctx, h.env, h.argv(cli, "exec-server", "--listen", "ws://127.0.0.1:0")...)
+	}
+	startOurs := func(ctx context.Context, h *executorHost) (*peers.Server, error) {
+		return peers.Start(ctx, h.env, h.argv(bin, "executor", "serve", "--listen", "ws://127.0.0.1:0", "--log-level", "warn")...)
+	}
+	theirs, err := startCodex(ctx, hostCodex)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(theirs.Stop)
-	ours, err := peers.StartOutpost(ctx, bin)
+	ours, err := startOurs(ctx, hostOurs)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(ours.Stop)
-	// The bridge's commands run under the joined executor, not the bridge.
-	chain, err := peers.StartBridgeChain(ctx, bin, t.TempDir(), "codex-e2e")
+	chain, err := startHostBridgeChain(ctx, bin, t.TempDir(), "codex-e2e", hostChain)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(chain.Stop)
 
+	ref := execServer{"codex", theirs.URL, theirs.Pid(), version, cli, hostCodex, startCodex}
+	refs := map[string]observations{}
+	t.Run(ref.name, func(t *testing.T) {
+		for _, c := range codexCLICases {
+			t.Run(c.name, func(t *testing.T) {
+				obs := c.run(t, ref)
+				obs.log(t)
+				if !t.Failed() {
+					refs[c.name] = obs
+				}
+			})
+		}
+	})
 	for _, srv := range []execServer{
-		{"codex", theirs.URL, theirs.Pid()},
-		{"outpost", ours.URL, ours.Pid()},
-		{"outpost-bridge-relay", chain.URL, chain.Executor.Pid()},
+		{"outpost", ours.URL, ours.Pid(), version, cli, hostOurs, startOurs},
+		{"outpost-bridge-relay", chain.URL, chain.Executor.Pid(), version, cli, hostChain, nil},
 	} {
 		t.Run(srv.name, func(t *testing.T) {
+			t.Parallel()
 			for _, c := range codexCLICases {
-				t.Run(c.name, func(t *testing.T) { c.run(t, srv) })
+				t.Run(c.name, func(t *testing.T) {
+					obs := c.run(t, srv)
+					if obs == nil {
+						return
+					}
+					obs.log(t)
+					want, ok := refs[c.name]
+					if !ok {
+						t.Fatalf("nothing to compare with: the case failed against codex's own exec-server")
+					}
+					obs.compare(t, want)
+				})
 			}
 		})
 	}
 }
 
+// observations are what a comparing case saw, by name: against outpost
+// each must equal what the same case saw against codex's own exec-server.
+// A case that only checks absolute properties returns nil.
+type observations map[string]string
+
+func (obs observations) log(t *testing.T) {
+	t.Helper()
+	for _, k := range obs.keys() {
+		t.Logf("observed %s: %s", k, obs[k])
+	}
+}
+
+func (obs observations) keys() []string {
+	keys := make([]string, 0, len(obs))
+	for k := range obs {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+func (got observations) compare(t *testing.T, want observations) {
+	t.Helper()
+	for _, k := range want.keys() {
+		if got[k] != want[k] {
+			t.Errorf("%s differs from codex's own exec-server:\n  outpost: %s\n  codex:   %s", k, got[k], want[k])
+		}
+	}
+}
+
 var codexCLICases = []struct {
 	name string
-	run  func(t *testing.T, srv execServer)
+	run  func(t *testing.T, srv execServer) observations
 }{
-	{"unsandboxed", codexUnsandboxed},
-	{"read-only", codexReadOnly},
-	{"workspace-write", codexWorkspaceWrite},
-	{"poll", codexPoll},
-	{"tty-stdin", codexTTYStdin},
-	{"sandboxed-process-tree", codexSandboxedTree},
+	{"unsandboxed", absolute(codexUnsandboxed)},
+	{"read-only", absolute(codexReadOnly)},
+	{"workspace-write", absolute(codexWorkspaceWrite)},
+	{"poll", absolute(codexPoll)},
+	{"tty-stdin", absolute(codexTTYStdin)},
+	{"sandboxed-process-tree", absolute(codexSandboxedTree)},
+	{"quiet-stderr", codexQuietStderr},
+	{"executor-shell", codexExecutorShell},
+	{"executor-login-shell", codexExecutorLoginShell},
+	{"skills", codexSkills},
+	{"apply-patch", codexApplyPatch},
+	{"mcp-environment-config", codexMCPEnvironmentConfig},
+}
+
+// absolute adapts a case that compares nothing.
+func absolute(f func(t *testing.T, srv execServer)) func(t *testing.T, srv execServer) observations {
+	return func(t *testing.T, srv execServer) observations { f(t, srv); return nil }
 }
 
 // parentChain prints "chain PID COMM" for the shell and each ancestor it
@@ -268,7 +393,7 @@ const parentChain = `p=$$; while [ "${p:-0}" -gt 0 ]; do echo "chain $p $(cat /p
 
 func codexUnsandboxed(t *testing.T, srv execServer) {
 	ws := t.TempDir()
-	res := runCodexExec(t, srv.url, ws, []string{"--dangerously-bypass-approvals-and-sandbox"}, []fakemodel.Step{
+	res := runCodexExec(t, srv, ws, []string{"--dangerously-bypass-approvals-and-sandbox"}, []fakemodel.Step{
 		{Exec: &fakemodel.ExecCall{Cmd: "echo hello-from-outpost; cat /proc/self/status | grep PPid; " + parentChain}},
 	})
 	out := onlyOutput(t, res, 1)[0]
@@ -290,7 +415,7 @@ func codexReadOnly(t *testing.T, srv execServer) {
 	if err := os.WriteFile(filepath.Join(ws, "existing.txt"), []byte("existing-content\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	res := runCodexExec(t, srv.url, ws, []string{"-s", "read-only"}, []fakemodel.Step{
+	res := runCodexExec(t, srv, ws, []string{"-s", "read-only"}, []fakemodel.Step{
 		{Exec: &fakemodel.ExecCall{Cmd: "cat existing.txt"}},
 		{Exec: &fakemodel.ExecCall{Cmd: "echo x > inside.txt"}},
 	})
@@ -326,7 +451,7 @@ func codexWorkspaceWrite(t *testing.T, srv execServer) {
 	t.Cleanup(func() { os.RemoveAll(dir) })
 	outside := filepath.Join(dir, "outside.txt")
 
-	res := runCodexExec(t, srv.url, ws, []string{"-s", "workspace-write"}, []fakemodel.Step{
+	res := runCodexExec(t, srv, ws, []string{"-s", "workspace-write"}, []fakemodel.Step{
 		{Exec: &fakemodel.ExecCall{Cmd: "echo in > inside.txt && cat inside.txt"}},
 		{Exec: &fakemodel.ExecCall{Cmd: "echo out > " + outside}},
 		{Exec: &fakemodel.ExecCall{Cmd: "echo hook > .git/outpost-probe"}},
@@ -358,7 +483,7 @@ func codexPoll(t *testing.T, srv execServer) {
 	ws := t.TempDir()
 	marker := "poll-" + randomTag()
 	gate := filepath.Join(ws, "gate")
-	res := runCodexExec(t, srv.url, ws, []string{"--dangerously-bypass-approvals-and-sandbox"}, []fakemodel.Step{
+	res := runCodexExec(t, srv, ws, []string{"--dangerously-bypass-approvals-and-sandbox"}, []fakemodel.Step{
 		{Exec: &fakemodel.ExecCall{Cmd: "echo started-" + marker + "; until [ -e gate ]; do sleep 0.05; done; echo done-" + marker, YieldMs: 1500}},
 		{
 			Before: func(prev *fakemodel.ToolOutput) error {
@@ -385,7 +510,7 @@ func codexPoll(t *testing.T, srv execServer) {
 func codexTTYStdin(t *testing.T, srv execServer) {
 	ws := t.TempDir()
 	marker := "tty-" + randomTag()
-	res := runCodexExec(t, srv.url, ws, []string{"--dangerously-bypass-approvals-and-sandbox"}, []fakemodel.Step{
+	res := runCodexExec(t, srv, ws, []string{"--dangerously-bypass-approvals-and-sandbox"}, []fakemodel.Step{
 		{Exec: &fakemodel.ExecCall{Cmd: "[ -t 0 ] && echo is-a-tty; read x; echo got-$x # " + marker, TTY: true, YieldMs: 1500}},
 		{
 			Before: func(prev *fakemodel.ToolOutput) error {
@@ -415,7 +540,7 @@ func codexSandboxedTree(t *testing.T, srv execServer) {
 	ws := t.TempDir()
 	marker := "tree-" + randomTag()
 	var procs []markedProc
-	res := runCodexExec(t, srv.url, ws, []string{"-s", "read-only"}, []fakemodel.Step{
+	res := runCodexExec(t, srv, ws, []string{"-s", "read-only"}, []fakemodel.Step{
 		{Exec: &fakemodel.ExecCall{Cmd: "read x; echo got-$x # " + marker, TTY: true, YieldMs: 250}},
 		{
 			Before: func(prev *fakemodel.ToolOutput) error {

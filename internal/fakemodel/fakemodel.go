@@ -23,6 +23,12 @@
 // Older codex releases offered shell_command {command: string} or shell
 // {command: [argv]}; the model picks whichever the request lists.
 //
+// apply_patch is offered only for models whose catalog entry says so
+// (not the made-up model of CodexConfig: pass "-m gpt-5.5" to codex exec),
+// as a freeform tool: the model answers with a custom_tool_call whose
+// "input" is the patch text, and codex hands back a
+// custom_tool_call_output, which counts as a tool output like any other.
+//
 // The model keeps no state per conversation: it answers a request with the
 // step numbered by how many tool outputs the request carries, so one Model
 // can serve several `codex exec` runs of the same script one after another
@@ -50,6 +56,11 @@ type Step struct {
 	Exec  *ExecCall
 	Stdin *StdinCall
 	Say   string
+	// Patch asks codex to apply a patch (apply_patch's "*** Begin Patch"
+	// text) with whichever apply_patch tool it offers: the freeform
+	// (custom) tool, whose input is the patch itself, or the function
+	// tool, whose "input" argument is.
+	Patch string
 
 	// Before, when set, runs when the request this step answers arrives
 	// and before the answer is sent, with the output codex handed back for
@@ -243,6 +254,17 @@ func (m *Model) serve(w http.ResponseWriter, r *http.Request) {
 			break
 		}
 		item = m.call(n, name, args)
+	case st.Patch != "":
+		kind := toolKinds(req.Body)["apply_patch"]
+		switch kind {
+		case "custom":
+			item = m.customCall(n, "apply_patch", st.Patch)
+		case "function":
+			item = m.call(n, "apply_patch", map[string]any{"input": st.Patch})
+		default:
+			m.fail("step %d: codex offers no apply_patch tool (tools: %v)", n, toolNames(req.Body))
+			item = message("no apply_patch")
+		}
 	case st.Stdin != nil:
 		if !toolNames(req.Body)["write_stdin"] {
 			m.fail("step %d: codex offers no write_stdin tool (tools: %v)", n, toolNames(req.Body))
@@ -281,6 +303,16 @@ func (m *Model) call(n int, name string, args map[string]any) map[string]any {
 	return map[string]any{"type": "function_call", "call_id": id, "name": name, "arguments": string(b)}
 }
 
+// customCall makes a custom_tool_call item (a freeform tool's call, its
+// input plain text) and remembers it, to label its output.
+func (m *Model) customCall(n int, name, input string) map[string]any {
+	id := fmt.Sprintf("call_%d", n)
+	m.mu.Lock()
+	m.calls[id] = ToolOutput{Tool: name, Args: input}
+	m.mu.Unlock()
+	return map[string]any{"type": "custom_tool_call", "call_id": id, "name": name, "input": input}
+}
+
 // answer streams item as the whole response, as server-sent events.
 func (m *Model) answer(w http.ResponseWriter, n int, item map[string]any) {
 	respID := fmt.Sprintf("resp_%d", n)
@@ -307,14 +339,14 @@ func (m *Model) answer(w http.ResponseWriter, n int, item map[string]any) {
 	}
 }
 
-// OutputsIn returns the function_call_output items of a request's input,
-// in order, labelled with the call they answer.
+// OutputsIn returns the function_call_output (and custom_tool_call_output)
+// items of a request's input, in order, labelled with the call they answer.
 func (m *Model) OutputsIn(body map[string]any) []ToolOutput {
 	input, _ := body["input"].([]any)
 	var outs []ToolOutput
 	for _, it := range input {
 		obj, _ := it.(map[string]any)
-		if obj["type"] != "function_call_output" {
+		if obj["type"] != "function_call_output" && obj["type"] != "custom_tool_call_output" {
 			continue
 		}
 		o := ParseToolOutput(outputText(obj["output"]))
@@ -366,6 +398,26 @@ func toolNames(body map[string]any) map[string]bool {
 	}
 	return names
 }
+
+// toolKinds maps each tool a request offers to its type ("function",
+// "custom" for a freeform tool, ...).
+func toolKinds(body map[string]any) map[string]string {
+	kinds := map[string]string{}
+	tools, _ := body["tools"].([]any)
+	for _, t := range tools {
+		if obj, ok := t.(map[string]any); ok {
+			name, _ := obj["name"].(string)
+			typ, _ := obj["type"].(string)
+			if name != "" {
+				kinds[name] = typ
+			}
+		}
+	}
+	return kinds
+}
+
+// ToolKinds is toolKinds for a recorded request.
+func ToolKinds(body map[string]any) map[string]string { return toolKinds(body) }
 
 // execArgs picks the shell tool codex offers and builds its arguments.
 func execArgs(tools map[string]bool, e *ExecCall) (string, map[string]any, error) {
