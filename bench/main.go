@@ -4,7 +4,7 @@
 //
 //   - start_to_exit: /bin/true from request to close, p50 and p99 — local
 //     fork/exec (the limit), outpost in-process, direct (tcp), ws and
-//     through a relay, the codex 0.145.0 exec-server (ws), ssh fresh and
+//     through a relay, the codex exec-server (peers.CodexVersion, ws), ssh fresh and
 //     over a ControlMaster (a throwaway sshd on loopback).
 //   - throughput: one process writing 256 MiB to stdout — a local pipe
 //     (the limit), outpost direct, ws and relay, codex, ssh (aes128-gcm).
