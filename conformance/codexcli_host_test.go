@@ -172,6 +172,6 @@ func startHostBridgeChain(ctx context.Context, bin, dir, id string, host *execut
 		"--listen", "ws://127.0.0.1:0", "--log-level", "warn"); err != nil {
 		return nil, fmt.Errorf("bridge: %w", err)
 	}
-	c.URL = c.Bridge.URL
+	c.URL, c.ExecutorID, c.ClientToken, c.Env = c.Bridge.URL, id, clientTok, env
 	return c, nil
 }

@@ -70,9 +70,21 @@ func runCodexExec(t *testing.T, srv execServer, workspace string, args []string,
 	t.Helper()
 	model := fakemodel.Start(script)
 	defer model.Close()
-	tap := startTap(t, srv.url)
-
-	env, err := fakemodel.CodexEnv(t.TempDir(), model.BaseURL(), tap.URL)
+	var tap *wireTap
+	var tapDir string
+	home := t.TempDir()
+	var env []string
+	var err error
+	if srv.stdio != nil {
+		// codex starts the exec-server itself, from environments.toml.
+		tapDir = t.TempDir()
+		if env, err = fakemodel.CodexEnv(home, model.BaseURL(), ""); err == nil {
+			err = stdioEnvironment(home, tapDir, srv.stdio, srv.stdioEnv)
+		}
+	} else {
+		tap = startTap(t, srv.url)
+		env, err = fakemodel.CodexEnv(home, model.BaseURL(), tap.URL)
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -95,6 +107,9 @@ func runCodexExec(t *testing.T, srv execServer, workspace string, args []string,
 	runErr := cmd.Run()
 	if cmd.ProcessState == nil {
 		t.Fatalf("codex exec: %v", runErr)
+	}
+	if srv.stdio != nil {
+		tap = loadStdioTap(t, tapDir)
 	}
 
 	reqs, errs := model.Requests(), model.Errors()
@@ -226,6 +241,10 @@ type execServer struct {
 	// executor side host) for a case that needs a differently set up
 	// executor; nil where a case cannot have one.
 	another func(ctx context.Context, host *executorHost) (*peers.Server, error)
+	// stdio, when set, is the program codex starts as its exec-server
+	// (an environments.toml entry, with stdioEnv) instead of url.
+	stdio    []string
+	stdioEnv []string
 }
 
 // outpostBinEnv names a prebuilt outpost binary for TestCodexCLI to judge
@@ -296,7 +315,7 @@ func codexCLIMatrix(t *testing.T, bin, version, cli string, shell hostShell) {
 	}
 	t.Cleanup(chain.Stop)
 
-	ref := execServer{"codex", theirs.URL, theirs.Pid(), version, cli, hostCodex, startCodex}
+	ref := execServer{name: "codex", url: theirs.URL, pid: theirs.Pid(), version: version, cli: cli, host: hostCodex, another: startCodex}
 	refs := map[string]observations{}
 	t.Run(ref.name, func(t *testing.T) {
 		for _, c := range codexCLICases {
@@ -309,9 +328,14 @@ func codexCLIMatrix(t *testing.T, bin, version, cli string, shell hostShell) {
 			})
 		}
 	})
+	// codex starting `outpost bridge --listen stdio` itself, as a program
+	// of its environments.toml, to the same joined executor.
+	stdioBridge := []string{bin, "bridge", "--listen", "stdio", "--relay", chain.Relay.URL, "--executor", chain.ExecutorID,
+		"--token", chain.ClientToken, "--log-level", "warn"}
 	for _, srv := range []execServer{
-		{"outpost", ours.URL, ours.Pid(), version, cli, hostOurs, startOurs},
-		{"outpost-bridge-relay", chain.URL, chain.Executor.Pid(), version, cli, hostChain, nil},
+		{name: "outpost", url: ours.URL, pid: ours.Pid(), version: version, cli: cli, host: hostOurs, another: startOurs},
+		{name: "outpost-bridge-relay", url: chain.URL, pid: chain.Executor.Pid(), version: version, cli: cli, host: hostChain},
+		{name: "outpost-bridge-stdio-relay", pid: chain.Executor.Pid(), version: version, cli: cli, host: hostChain, stdio: stdioBridge, stdioEnv: chain.Env},
 	} {
 		t.Run(srv.name, func(t *testing.T) {
 			t.Parallel()

@@ -175,6 +175,11 @@ func TokenEnv(ctx context.Context, bin, stateDir string, env []string, args ...s
 type BridgeChain struct {
 	URL                     string
 	Relay, Executor, Bridge *Server
+	// ExecutorID and ClientToken reach the joined executor through the
+	// relay (another bridge can use them); Env is the chain's XDG
+	// directories, for such a bridge.
+	ExecutorID, ClientToken string
+	Env                     []string
 }
 
 // StartBridgeChain starts a relay (state in dir/relay), creates a join and
@@ -219,7 +224,7 @@ func StartBridgeChain(ctx context.Context, bin, dir, id string) (_ *BridgeChain,
 		"--listen", "ws://127.0.0.1:0", "--log-level", "warn"); err != nil {
 		return nil, fmt.Errorf("bridge: %w", err)
 	}
-	c.URL = c.Bridge.URL
+	c.URL, c.ExecutorID, c.ClientToken, c.Env = c.Bridge.URL, id, clientTok, env
 	return c, nil
 }
 
