@@ -109,3 +109,53 @@ func keys(m map[string]any) string {
 	sort.Strings(ks)
 	return strings.Join(ks, ",")
 }
+
+// fs/canonicalize answers a URI with a URI, as codex 0.171's server does:
+// a plain path back is what made codex 0.171 refuse outpost's answers.
+func TestDifferentialCanonicalizeAnswersURIs(t *testing.T) {
+	codexBin, err := peers.CodexBinary()
+	if err != nil {
+		t.Skipf("skipping the differential test: %v", err)
+	}
+	bin, err := peers.BuildOutpost(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), stepTimeout)
+	defer cancel()
+	ours, err := peers.StartOutpost(ctx, bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ours.Stop()
+	theirs, err := peers.StartCodex(ctx, codexBin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer theirs.Stop()
+	dir, _ := filepath.EvalSymlinks(t.TempDir())
+	if err := os.MkdirAll(filepath.Join(dir, "a", "b"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(filepath.Join(dir, "a", "b"), filepath.Join(dir, "link")); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{"file://" + dir + "/a/../a/b", "file://" + dir + "/link", "file://" + dir + "/missing"} {
+		var got [2]string
+		for i, url := range []string{ours.URL, theirs.URL} {
+			w := dial(t, url)
+			w.call("initialize", map[string]any{"clientName": "differential"})
+			w.notify("initialized")
+			r := w.call("fs/canonicalize", map[string]any{"path": p})
+			got[i] = code(r) // error wording differs: the code is compared
+			if r["result"] != nil {
+				got[i] = shape(r)
+			}
+		}
+		if got[0] != got[1] {
+			t.Errorf("fs/canonicalize %s:\n  outpost: %s\n  codex:   %s", p, got[0], got[1])
+		} else {
+			t.Logf("fs/canonicalize %s: %s", p, got[0])
+		}
+	}
+}

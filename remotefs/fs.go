@@ -574,7 +574,13 @@ func (s *Session) Canonicalize(p protocol.FsPathParams) (any, error) {
 		return nil, r.failed(p.Path, n, false, err)
 	}
 	o.Close()
-	return protocol.FsCanonicalizeResult{Path: s.cfg.Paths.ToClient(o.path)}, nil
+	out := s.cfg.Paths.ToClient(o.path)
+	if strings.HasPrefix(p.Path, "file:") && strings.HasPrefix(out, "/") {
+		// Answered in the caller's spelling: a URI for a URI, as codex's
+		// server answers (codex 0.171 takes no plain path back).
+		out = pathmap.URI(out)
+	}
+	return protocol.FsCanonicalizeResult{Path: out}, nil
 }
 
 func (s *Session) ReadDirectory(p protocol.FsPathParams) (any, error) {
