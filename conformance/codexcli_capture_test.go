@@ -101,9 +101,19 @@ func (tap *wireTap) serve(w http.ResponseWriter, r *http.Request) {
 	defer tap.wg.Done()
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
-	up, _, err := websocket.Dial(ctx, tap.upstream, nil)
+	// codex's bearer token goes on to the server, and its refusal (a
+	// 401) comes back as it is.
+	opts := &websocket.DialOptions{HTTPHeader: http.Header{}}
+	if a := r.Header.Values("Authorization"); len(a) > 0 {
+		opts.HTTPHeader["Authorization"] = a
+	}
+	up, resp, err := websocket.Dial(ctx, tap.upstream, opts)
 	if err != nil {
-		http.Error(w, err.Error(), http.StatusBadGateway)
+		code := http.StatusBadGateway
+		if resp != nil && resp.StatusCode >= 400 {
+			code = resp.StatusCode
+		}
+		http.Error(w, err.Error(), code)
 		return
 	}
 	defer up.CloseNow()
