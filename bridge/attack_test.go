@@ -7,10 +7,15 @@ package bridge_test
 // must still stop its processes.
 
 import (
+	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
+	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -275,4 +280,108 @@ func TestAttackSmuggledMethodsAreRefused(t *testing.T) {
 	}
 	// The session is unharmed.
 	c.ok("fs/getMetadata", map[string]any{"path": "file:///"}, nil)
+}
+
+// stdioPeer is codex's end of a ServeStdio connection.
+type stdioPeer struct {
+	t   *testing.T
+	in  io.WriteCloser // the bridge's stdin
+	out *bufio.Scanner // the bridge's stdout
+}
+
+func (p *stdioPeer) send(s string) {
+	p.t.Helper()
+	if _, err := io.WriteString(p.in, s+"\n"); err != nil {
+		p.t.Fatal(err)
+	}
+}
+
+func (p *stdioPeer) next() map[string]any {
+	p.t.Helper()
+	if !p.out.Scan() {
+		p.t.Fatalf("stdout ended: %v", p.out.Err())
+	}
+	var m map[string]any
+	if err := json.Unmarshal(p.out.Bytes(), &m); err != nil {
+		p.t.Fatalf("stdout line %q is not JSON", p.out.Text())
+	}
+	return m
+}
+
+func bridgeGoroutines() int {
+	buf := make([]byte, 4<<20)
+	return bytes.Count(buf[:runtime.Stack(buf, true)], []byte("outpost/bridge."))
+}
+
+// ServeStdio returns when its stdin ends, and the connection leaves no
+// goroutine behind once the bridge is closed.
+func TestAttackServeStdioEndsWithStdinAndLeaksNothing(t *testing.T) {
+	up := direct(t, nil)
+	b, _ := startBridge(t, up, nil)
+	before := runtime.NumGoroutine()
+	inR, inW, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer outR.Close()
+	served := make(chan error, 1)
+	go func() { served <- b.ServeStdio(context.Background(), inR, outW) }()
+	p := &stdioPeer{t: t, in: inW, out: bufio.NewScanner(outR)}
+	p.send(`{"id":1,"method":"initialize","params":{"clientName":"stdio"}}`)
+	if m := p.next(); m["result"] == nil {
+		t.Fatalf("initialize: %v", m)
+	}
+	p.send(`{"method":"initialized"}`)
+	p.send(`{"id":2,"method":"process/read","params":{"processId":"nope","waitMs":60000}}`)
+	inW.Close()
+	select {
+	case err := <-served:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("ServeStdio did not return when stdin ended")
+	}
+	b.Close()
+	waitFor(t, func() bool { return bridgeGoroutines() == 0 && runtime.NumGoroutine() <= before+2 })
+}
+
+// ServeStdio on a reader that cannot be closed (a bufio.Reader over
+// stdin, say) still returns when the bridge closes, and Close does not
+// wait forever for it.
+func TestAttackServeStdioOnAnUnclosableReaderEndsWithClose(t *testing.T) {
+	up := direct(t, nil)
+	b, err := bridge.New(bridge.Config{Logger: zaptest.NewLogger(t), Dial: func(ctx context.Context, _ string) (*client.Remote, error) {
+		return client.Dial(ctx, up.url, up.opts)
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	inR, inW := io.Pipe()
+	defer inW.Close()
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer outR.Close()
+	served := make(chan error, 1)
+	go func() { served <- b.ServeStdio(context.Background(), struct{ io.Reader }{inR}, outW) }()
+	time.Sleep(100 * time.Millisecond) // reading stdin
+	closed := make(chan struct{})
+	go func() { b.Close(); close(closed) }()
+	select {
+	case <-closed:
+	case <-time.After(10 * time.Second):
+		inW.Close() // let the test end
+		t.Fatal("Bridge.Close hung on a stdio connection whose reader cannot be closed")
+	}
+	select {
+	case <-served:
+	case <-time.After(10 * time.Second):
+		t.Fatal("ServeStdio did not return after Close")
+	}
 }

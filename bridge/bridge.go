@@ -474,6 +474,10 @@ func (b *Bridge) newSession(ctx context.Context, c *conn, clientName string) (*s
 	dctx, cancel := context.WithTimeout(ctx, b.cfg.DialTimeout)
 	remote, err := b.cfg.Dial(dctx, clientName)
 	cancel()
+	var info json.RawMessage
+	if err == nil {
+		info = fetchInfo(ctx, remote, b.log)
+	}
 	b.mu.Lock()
 	b.dialing--
 	if err == nil && b.closed {
@@ -486,10 +490,11 @@ func (b *Bridge) newSession(ctx context.Context, c *conn, clientName string) (*s
 		return nil, protocol.KindErrorf(protocol.KindUnavailable, protocol.CodeInternal, "cannot reach the executor: %v", err)
 	}
 	s := newSession(b, remote)
+	s.info = info
 	// codex's other notifications (fs/missingChanged,
 	// http/request/bodyDelta, …) share the session's queue with process
 	// events, in the executor's order.
-	remote.OnCodexNotification(func(method string, params json.RawMessage) { s.push(note{method: method, params: params}) })
+	remote.OnCodexNotification(s.pushCodex)
 	s.conn = c // attached before anyone can see it
 	b.sessions[s.id] = s
 	b.mu.Unlock()
@@ -535,8 +540,13 @@ type session struct {
 	ctx    context.Context // ends with the session
 	cancel context.CancelFunc
 	dead   chan struct{} // closed when the session has ended
-	once   sync.Once
-	fwd    sync.WaitGroup // forwarders
+	// stopping is closed first thing when the session starts to end:
+	// the executor's notifications are dropped from then on, so a flood
+	// cannot hold the upstream reader while finish waits for the
+	// replies to its terminates.
+	stopping chan struct{}
+	once     sync.Once
+	fwd      sync.WaitGroup // forwarders
 
 	mu         sync.Mutex
 	conn       *conn // attached connection, nil while detached
@@ -552,7 +562,7 @@ func newSession(b *Bridge, remote *client.Remote) *session {
 	id := uuid.New()
 	ctx, cancel := context.WithCancel(b.ctx)
 	return &session{b: b, id: id, remote: remote, log: b.log.With(zap.String("session", id)),
-		events: make(chan note, b.cfg.EventQueue), ctx: ctx, cancel: cancel, dead: make(chan struct{}),
+		events: make(chan note, b.cfg.EventQueue), ctx: ctx, cancel: cancel, dead: make(chan struct{}), stopping: make(chan struct{}),
 		procs: map[string]*proc{}, detachedAt: time.Now()}
 }
 
@@ -623,6 +633,17 @@ func (s *session) push(n note) bool {
 	}
 }
 
+// pushCodex queues one of the executor's other notifications, waiting
+// while the queue is full (the executor's stream slows down); dropped once
+// the session is ending.
+func (s *session) pushCodex(method string, params json.RawMessage) {
+	select {
+	case s.events <- note{method: method, params: params}:
+	case <-s.stopping:
+	case <-s.dead:
+	}
+}
+
 // watch notices an upstream connection given up while nothing is in
 // flight.
 func (s *session) watch() {
@@ -647,6 +668,7 @@ func (s *session) watch() {
 // processes are terminated on the executor.
 func (s *session) finish(cause error, lost bool) {
 	s.once.Do(func() {
+		close(s.stopping)
 		s.mu.Lock()
 		s.ending = true
 		if s.expiry != nil {
@@ -1006,11 +1028,16 @@ func (b *Bridge) ServeStdio(ctx context.Context, r io.Reader, w io.WriteCloser) 
 	defer cancel()
 	stop := context.AfterFunc(ctx, cancel)
 	defer stop()
-	pipe := closers{w}
-	if rc, ok := r.(io.Closer); ok {
-		pipe = append(pipe, rc) // unblocks a read of stdin (os.File pipes are pollable)
-	}
-	c := b.newConn(cctx, cancel, transport.NewJSONConn(transport.NewLineFrames(r, w, pipe, int(b.cfg.MaxMessageBytes))))
+	// Read through a pipe: closing it ends the reader at once, whatever r
+	// is — an inherited stdin in blocking mode is not interrupted by its
+	// own Close. The copying goroutine ends when r does (one at most).
+	pr, pw := io.Pipe()
+	go func() {
+		_, err := io.Copy(pw, r)
+		pw.CloseWithError(err)
+	}()
+	pipe := closers{w, pr}
+	c := b.newConn(cctx, cancel, transport.NewJSONConn(transport.NewLineFrames(pr, w, pipe, int(b.cfg.MaxMessageBytes))))
 	c.pipe = pipe
 	c.run()
 	return nil
@@ -1406,7 +1433,7 @@ func (c *conn) initialize(m *transport.Message) (any, error) {
 	}
 	c.sess, c.state = s, stateInitialized
 	s.log.Debug("session attached", zap.String("client", p.ClientName), zap.Bool("resumed", p.ResumeSessionID != nil))
-	return initializeResult{SessionID: s.id, EnvironmentInfo: s.environmentInfo(c.ctx)}, nil
+	return initializeResult{SessionID: s.id, EnvironmentInfo: s.environmentInfo()}, nil
 }
 
 // initializeResult is initialize's answer: the bridge's session id and the
@@ -1417,28 +1444,30 @@ type initializeResult struct {
 	EnvironmentInfo json.RawMessage `json:"environmentInfo,omitempty"`
 }
 
-// environmentInfo asks the executor once per session; nil when it cannot
-// be had (codex then asks environment/info itself, which is forwarded and
-// fails with the cause).
-func (s *session) environmentInfo(ctx context.Context) json.RawMessage {
+// environmentInfo is the executor's environment info, asked once when
+// the session was made; nil when it could not be had (codex then asks
+// environment/info itself, which is forwarded and fails with the cause).
+func (s *session) environmentInfo() json.RawMessage {
 	s.mu.Lock()
-	info := s.info
-	s.mu.Unlock()
-	if info != nil {
-		return info
-	}
-	ctx, cancel := context.WithTimeout(ctx, serialTimeout)
+	defer s.mu.Unlock()
+	return s.info
+}
+
+// fetchInfo asks the executor for its environment info, at most
+// infoTimeout: a slow executor delays only its own session's initialize.
+func fetchInfo(ctx context.Context, remote *client.Remote, log *zap.Logger) json.RawMessage {
+	ctx, cancel := context.WithTimeout(ctx, infoTimeout)
 	defer cancel()
-	info, err := s.remote.CallCodex(ctx, protocol.MethodEnvironmentInfo, nil)
+	info, err := remote.CallCodex(ctx, protocol.MethodEnvironmentInfo, nil)
 	if err != nil || string(info) == "null" {
-		s.log.Debug("environment info unavailable for initialize", zap.Error(err))
+		log.Debug("environment info unavailable for initialize", zap.Error(err))
 		return nil
 	}
-	s.mu.Lock()
-	s.info = info
-	s.mu.Unlock()
 	return info
 }
+
+// infoTimeout bounds the environment info fetched for initialize.
+const infoTimeout = 10 * time.Second
 
 // writeLoop writes replies first, then the attached session's
 // notifications, until the connection ends.

@@ -669,6 +669,8 @@ func replyBytes(result any) int {
 		return len(r.Data)
 	case protocol.CodexCallResult:
 		return len(r.Result)
+	case protocol.CodexNotification:
+		return len(r.Params)
 	}
 	return 0
 }
@@ -689,14 +691,22 @@ type lane struct {
 // when its turn comes, so the outbox holds at most maxPendingReplies
 // replies and the set of lanes.
 type outbox struct {
-	mu       sync.Mutex
-	notFull  *sync.Cond
-	replies  []outMsg
-	bytes    int // the replies' replyBytes together
-	ready    []*lane
-	lanes    map[*lane]struct{}
-	wake     chan struct{}
-	shutDown bool
+	mu      sync.Mutex
+	notFull *sync.Cond
+	replies []outMsg
+	bytes   int // the replies' replyBytes together
+	// answers counts the queued entries that are replies rather than
+	// notifications, and notesInRow the notifications written since a
+	// lane last had a turn: a stream of notifications (an endless
+	// http/request body) yields to process events every laneTurnEvents,
+	// while a queued reply still goes before any lane (a start's reply
+	// before its own events).
+	answers    int
+	notesInRow int
+	ready      []*lane
+	lanes      map[*lane]struct{}
+	wake       chan struct{}
+	shutDown   bool
 }
 
 func newOutbox() *outbox {
@@ -726,6 +736,9 @@ func (o *outbox) reply(m outMsg) bool {
 	}
 	o.replies = append(o.replies, m)
 	o.bytes += m.bytes
+	if m.method == "" {
+		o.answers++
+	}
 	o.mu.Unlock()
 	o.kick()
 	return true
@@ -789,11 +802,16 @@ func (o *outbox) markReady(ln *lane) {
 func (o *outbox) next(ctx context.Context) (outMsg, *lane, bool) {
 	for {
 		o.mu.Lock()
-		if len(o.replies) > 0 {
+		if len(o.replies) > 0 && !(o.answers == 0 && len(o.ready) > 0 && o.notesInRow >= laneTurnEvents) {
 			m := o.replies[0]
 			o.replies[0] = outMsg{}
 			o.replies = o.replies[1:]
 			o.bytes -= m.bytes
+			if m.method == "" {
+				o.answers--
+			} else {
+				o.notesInRow++
+			}
 			o.notFull.Broadcast() // a waiter may need bytes, not just a slot
 			o.mu.Unlock()
 			return m, nil, true
@@ -803,6 +821,7 @@ func (o *outbox) next(ctx context.Context) (outMsg, *lane, bool) {
 			return outMsg{}, nil, false
 		}
 		if len(o.ready) > 0 {
+			o.notesInRow = 0
 			ln := o.ready[0]
 			o.ready[0] = nil
 			o.ready = o.ready[1:]

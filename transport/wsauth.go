@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"strings"
+	"syscall"
 )
 
 // WSAuth is the check every codex WebSocket front end (the executor's
@@ -48,7 +49,11 @@ func (a WSAuth) Allow(w http.ResponseWriter, r *http.Request) bool {
 	if !a.Enabled() {
 		return true
 	}
+	// The first Authorization header counts, as in codex's server, and
+	// spaces before the token do not ("Bearer  tok" is tok, as codex
+	// takes it); net/http has already trimmed those after it.
 	scheme, got, ok := strings.Cut(r.Header.Get("Authorization"), " ")
+	got = strings.TrimLeft(got, " ")
 	if !ok || !strings.EqualFold(scheme, "Bearer") || got == "" {
 		w.Header().Set("WWW-Authenticate", "Bearer")
 		http.Error(w, "missing websocket bearer token", http.StatusUnauthorized)
@@ -79,9 +84,10 @@ var ErrWSAuth = errors.New("invalid websocket auth configuration")
 
 // LoadWSAuth builds the check from codex's flags: mode "" (no token, or
 // the env token when envToken is set) or "capability-token" with exactly
-// one of tokenFile (an absolute path; the file's content, trailing
-// newline removed, is the token; it must not be readable by group or
-// others) and digestHex (hex SHA-256 of the token).
+// one of tokenFile (an absolute path to a regular file; its content,
+// trimmed of white space as codex trims it, is the token; it must not be
+// readable by group or others — stricter than codex, which does not check)
+// and digestHex (hex SHA-256 of the token).
 func LoadWSAuth(mode, tokenFile, digestHex, envToken string) (WSAuth, error) {
 	switch mode {
 	case "":
@@ -100,7 +106,10 @@ func LoadWSAuth(mode, tokenFile, digestHex, envToken string) (WSAuth, error) {
 		if !strings.HasPrefix(tokenFile, "/") {
 			return WSAuth{}, fmt.Errorf("%w: --ws-token-file must be an absolute path, not %q", ErrWSAuth, tokenFile)
 		}
-		f, err := os.Open(tokenFile)
+		// O_NONBLOCK: opening a FIFO (or a device) must not wait for a
+		// writer; the fstat below then refuses it. The checks are made on
+		// the opened file, so a path swapped after them is never read.
+		f, err := os.OpenFile(tokenFile, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 		if err != nil {
 			return WSAuth{}, fmt.Errorf("%w: %v", ErrWSAuth, err)
 		}
@@ -123,7 +132,9 @@ func LoadWSAuth(mode, tokenFile, digestHex, envToken string) (WSAuth, error) {
 		if len(buf) > maxToken {
 			return WSAuth{}, fmt.Errorf("%w: %s holds more than %d bytes", ErrWSAuth, tokenFile, maxToken)
 		}
-		tok := strings.TrimRight(string(buf), "\r\n")
+		// Trimmed of all surrounding white space, as codex reads it: a
+		// token with a trailing space could never be sent (HTTP trims it).
+		tok := strings.TrimSpace(string(buf))
 		if tok == "" {
 			return WSAuth{}, fmt.Errorf("%w: %s is empty", ErrWSAuth, tokenFile)
 		}
