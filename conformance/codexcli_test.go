@@ -79,7 +79,12 @@ func runCodexExec(t *testing.T, srv execServer, workspace string, args []string,
 		// codex starts the exec-server itself, from environments.toml.
 		tapDir = t.TempDir()
 		if env, err = fakemodel.CodexEnv(home, model.BaseURL(), ""); err == nil {
-			err = stdioEnvironment(home, tapDir, srv.stdio, srv.stdioEnv)
+			argv := srv.stdio
+			if srv.pidFile != "" {
+				// The server writes its pid, then becomes the program.
+				argv = append([]string{"/bin/sh", "-c", `echo $$ > "$0"; exec "$@"`, srv.pidFile}, argv...)
+			}
+			err = stdioEnvironment(home, tapDir, argv, srv.stdioEnv)
 		}
 	} else {
 		tap = startTap(t, srv.url)
@@ -245,6 +250,26 @@ type execServer struct {
 	// (an environments.toml entry, with stdioEnv) instead of url.
 	stdio    []string
 	stdioEnv []string
+	// pidFile, for a server codex starts itself (a new one each run),
+	// is where its pid is written as it starts; pid is then 0.
+	pidFile string
+}
+
+// serverPid is the pid of the process the commands must descend from:
+// the server's, or for one codex starts, the one of the current run.
+func (srv execServer) serverPid(t *testing.T) int {
+	if srv.pidFile == "" {
+		return srv.pid
+	}
+	b, err := os.ReadFile(srv.pidFile)
+	if err != nil {
+		t.Fatalf("the %s exec-server wrote no pid: %v", srv.name, err)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		t.Fatalf("the %s exec-server's pid file holds %q", srv.name, b)
+	}
+	return pid
 }
 
 // outpostBinEnv names a prebuilt outpost binary for TestCodexCLI to judge
@@ -332,8 +357,13 @@ func codexCLIMatrix(t *testing.T, bin, version, cli string, shell hostShell) {
 	// of its environments.toml, to the same joined executor.
 	stdioBridge := []string{bin, "bridge", "--listen", "stdio", "--relay", chain.Relay.URL, "--executor", chain.ExecutorID,
 		"--token", chain.ClientToken, "--log-level", "warn"}
+	// codex starting `outpost executor serve --listen stdio` itself, on the
+	// executor side's host like the ws row (a new one each run).
+	hostStdio := newExecutorHost(t, shell)
+	stdioServe := hostStdio.argv(bin, "executor", "serve", "--listen", "stdio", "--log-level", "warn")
 	for _, srv := range []execServer{
 		{name: "outpost", url: ours.URL, pid: ours.Pid(), version: version, cli: cli, host: hostOurs, another: startOurs},
+		{name: "outpost-stdio", version: version, cli: cli, host: hostStdio, stdio: stdioServe, stdioEnv: hostStdio.env, pidFile: filepath.Join(t.TempDir(), "pid")},
 		{name: "outpost-bridge-relay", url: chain.URL, pid: chain.Executor.Pid(), version: version, cli: cli, host: hostChain},
 		{name: "outpost-bridge-stdio-relay", pid: chain.Executor.Pid(), version: version, cli: cli, host: hostChain, stdio: stdioBridge, stdioEnv: chain.Env},
 	} {
@@ -429,8 +459,8 @@ func codexUnsandboxed(t *testing.T, srv execServer) {
 	}
 	// Unsandboxed, the shell sees its real parents: the exec-server must
 	// be one of them.
-	if !strings.Contains(out.Output, fmt.Sprintf("chain %d ", srv.pid)) {
-		t.Fatalf("the command did not run under the %s exec-server (pid %d): %s", srv.name, srv.pid, out.Output)
+	if !strings.Contains(out.Output, fmt.Sprintf("chain %d ", srv.serverPid(t))) {
+		t.Fatalf("the command did not run under the %s exec-server (pid %d): %s", srv.name, srv.serverPid(t), out.Output)
 	}
 }
 
@@ -515,7 +545,7 @@ func codexPoll(t *testing.T, srv execServer) {
 				if prev == nil || prev.SessionID == 0 {
 					return fmt.Errorf("the command is not reported running: %s", prev)
 				}
-				_, err := underServer(srv.pid, marker)
+				_, err := underServer(srv.serverPid(t), marker)
 				return err
 			},
 			Stdin: &fakemodel.StdinCall{Chars: "", YieldMs: 10000},
@@ -541,7 +571,7 @@ func codexTTYStdin(t *testing.T, srv execServer) {
 				if prev == nil || prev.SessionID == 0 {
 					return fmt.Errorf("the command is not reported running: %s", prev)
 				}
-				_, err := underServer(srv.pid, marker)
+				_, err := underServer(srv.serverPid(t), marker)
 				return err
 			},
 			Stdin: &fakemodel.StdinCall{Chars: "abc\n", YieldMs: 10000},
@@ -572,7 +602,7 @@ func codexSandboxedTree(t *testing.T, srv execServer) {
 					return fmt.Errorf("the command is not reported running: %s", prev)
 				}
 				var err error
-				procs, err = underServer(srv.pid, marker)
+				procs, err = underServer(srv.serverPid(t), marker)
 				return err
 			},
 			Stdin: &fakemodel.StdinCall{Chars: "go\n", YieldMs: 10000},
@@ -587,7 +617,7 @@ func codexSandboxedTree(t *testing.T, srv execServer) {
 	}
 	// The sandbox gave the command (the deepest marked process) a PID
 	// namespace of its own.
-	self, _ := os.Readlink(fmt.Sprintf("/proc/%d/ns/pid", srv.pid))
+	self, _ := os.Readlink(fmt.Sprintf("/proc/%d/ns/pid", srv.serverPid(t)))
 	if len(procs) > 0 && procs[0].pidNS == self {
 		t.Errorf("the sandboxed command shares the exec-server's PID namespace: %s", procs[0])
 	}
