@@ -28,10 +28,8 @@ package remotefs
 
 import (
 	"errors"
-	"fmt"
 	"math"
 	"os"
-	"strings"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -245,7 +243,7 @@ func (s *Session) readReplaceHandle(p protocol.FsReadBlockParams, h *fsHandle) e
 	h.mu.Lock()
 	h.f.Close()
 	h.mu.Unlock()
-	return protocol.KindErrorf(protocol.KindInvalid, protocol.CodeInternal, "%s: handle %s is open for writing, not reading (%s); the handle is closed", protocol.MethodFsReadBlock, p.HandleID, osErrorText(syscall.EBADF))
+	return protocol.KindErrorf(protocol.KindInvalid, protocol.CodeInternal, "%s: handle %s is open for writing, not reading (%s); the handle is closed", protocol.MethodFsReadBlock, p.HandleID, muslErrorText(syscall.EBADF))
 }
 
 func unknownHandle(method, id string, err error) error {
@@ -275,15 +273,5 @@ func codexError(method, shown string, err error) error {
 	case unix.EINVAL, unix.EACCES, unix.EPERM:
 		code = protocol.CodeInvalidRequest
 	}
-	return protocol.KindErrorf(errkind.Of(errno, protocol.KindInternal), code, "%s: %s: %s", method, shown, osErrorText(errno))
-}
-
-// osErrorText renders errno as Rust's io::Error does: the C library's
-// text, capitalised, and the number.
-func osErrorText(errno syscall.Errno) string {
-	text := errno.Error()
-	if text != "" {
-		text = strings.ToUpper(text[:1]) + text[1:]
-	}
-	return fmt.Sprintf("%s (os error %d)", text, int(errno))
+	return protocol.KindErrorf(errkind.Of(errno, protocol.KindInternal), code, "%s: %s: %s", method, shown, muslErrorText(errno))
 }
