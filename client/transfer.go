@@ -592,9 +592,13 @@ func (d *remoteDst) full(to string) string { return path.Join(d.dir, to) }
 
 func (d *remoteDst) close() {}
 
-func (d *remoteDst) mkdir(to string, _ fs.FileMode) error {
+func (d *remoteDst) mkdir(to string, perm fs.FileMode) error {
 	name := d.full(to)
-	return d.f.call(d.t.ctx, true, protocol.MethodFsCreateDirectory, name, protocol.FsCreateDirectoryParams{Path: name, Sandbox: d.f.Sandbox, NoFollow: true}, nil)
+	// The source's mode, as files keep theirs, with the owner's rwx so
+	// the copy can fill it (a read-only directory arrives owner-writable;
+	// an executor from before directory modes ignores it: 0755).
+	mode := uint32(perm.Perm() | 0o700)
+	return d.f.call(d.t.ctx, true, protocol.MethodFsCreateDirectory, name, protocol.FsCreateDirectoryParams{Path: name, Sandbox: d.f.Sandbox, NoFollow: true, Mode: &mode}, nil)
 }
 
 func (d *remoteDst) symlink(to, target string) error {

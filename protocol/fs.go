@@ -86,6 +86,11 @@ type FsCreateDirectoryParams struct {
 	// (the call fails instead of following one), so a copy into a tree
 	// cannot be led out of it by a link planted there.
 	NoFollow bool `json:"noFollow,omitempty" msgpack:"noFollow,omitempty"`
+	// Mode (outpost addition) sets the permission bits of the directory
+	// Path names when this call creates it, exactly (the umask does not
+	// apply); missing parents get 0755, an existing directory is left as
+	// it is. Default 0755 less the umask.
+	Mode *uint32 `json:"mode,omitempty" msgpack:"mode,omitempty"`
 }
 
 // FsMetadata describes a path (without following a final symlink).

@@ -511,12 +511,16 @@ func (s *Session) CreateDirectory(p protocol.FsCreateDirectoryParams) (any, erro
 		return nil, err
 	}
 	r.noFollow = p.NoFollow
-	if p.Recursive == nil || *p.Recursive {
+	recursive := p.Recursive == nil || *p.Recursive
+	switch {
+	case p.Mode != nil:
+		err = r.mkdirMode(p.Path, n, *p.Mode&0o7777, recursive)
+	case recursive:
 		var d *fsDir
 		if d, err = r.mkdirAll(p.Path, n, 0o755); err == nil {
 			d.Close()
 		}
-	} else {
+	default:
 		err = r.mkdir(p.Path, n, 0o755)
 	}
 	if err != nil {

@@ -81,6 +81,45 @@ func (r *fsReq) mkdirAll(shown, p string, perm uint32) (*fsDir, error) {
 	return d, nil
 }
 
+// mkdirMode creates the directory p with exactly mode (fchmod after
+// mkdirat: the umask does not apply), its missing parents with 0755 when
+// recursive. An existing directory is left as it is (an error unless
+// recursive, as mkdir's). The mode is set through a descriptor of the
+// directory made, opened without following a symlink, so a swap after the
+// mkdirat cannot aim it elsewhere.
+func (r *fsReq) mkdirMode(shown, p string, mode uint32, recursive bool) error {
+	dir, base := splitPath(p)
+	var d *fsDir
+	var err error
+	if recursive {
+		d, err = r.mkdirAll(shown, dir, 0o755)
+	} else {
+		d, err = r.openDir(shown, dir)
+	}
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	if !r.allows(d.child(base), true) {
+		return r.denied(shown, true)
+	}
+	if err := unix.Mkdirat(d.fd, base, mode); err != nil {
+		if err == unix.EEXIST && recursive {
+			var st unix.Stat_t
+			if unix.Fstatat(d.fd, base, &st, unix.AT_SYMLINK_NOFOLLOW) == nil && st.Mode&unix.S_IFMT == unix.S_IFDIR {
+				return nil
+			}
+		}
+		return err
+	}
+	fd, err := unix.Openat(d.fd, base, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	return unix.Fchmod(fd, mode)
+}
+
 // mkdirIn creates (or finds) the directory name in d, judged, and opens
 // it without following a symlink.
 func (r *fsReq) mkdirIn(shown string, d *fsDir, name string, perm uint32) (*fsDir, error) {
