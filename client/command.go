@@ -116,7 +116,7 @@ func (c *Cmd) Start() error {
 	c.Process = p
 	if c.Stdin != nil {
 		c.copyDone = make(chan error, 1)
-		go func() { c.copyDone <- c.feedStdin() }()
+		go c.feedStdin()
 	}
 	if c.ctx.Done() != nil {
 		go func() {
@@ -130,8 +130,35 @@ func (c *Cmd) Start() error {
 	return nil
 }
 
-func (c *Cmd) feedStdin() error {
-	buf := make([]byte, 64<<10)
+// feedStdin copies Stdin to the process, waiting whenever the command
+// reads slower than Stdin delivers (Process.Write's backpressure), and
+// closes the process's stdin after the last byte so the command sees EOF.
+// It reports once on copyDone. A failed copy still closes stdin (as
+// os/exec closes the pipe), after its error is reported to Wait, so a
+// command never waits for input that will not come.
+func (c *Cmd) feedStdin() {
+	err := c.copyStdin()
+	switch {
+	case err == errStdinDone:
+		c.copyDone <- nil
+	case err != nil:
+		c.copyDone <- err
+		if c.ctx.Err() == nil {
+			c.Process.CloseStdin(c.ctx)
+		}
+	default:
+		c.copyDone <- c.Process.CloseStdin(c.ctx)
+	}
+}
+
+// errStdinDone: the child closed its stdin (or exited); the rest of Stdin
+// is not wanted, as with os/exec when the child stops reading.
+var errStdinDone = errors.New("stdin closed by the command")
+
+// copyStdin writes Stdin to the process until EOF (nil), the command
+// closes its stdin (errStdinDone), or a read or write fails.
+func (c *Cmd) copyStdin() error {
+	buf := make([]byte, stdinChunk)
 	for {
 		n, err := c.Stdin.Read(buf)
 		if n > 0 {
@@ -139,19 +166,21 @@ func (c *Cmd) feedStdin() error {
 			if werr != nil {
 				return werr
 			}
-			if st == protocol.WriteStdinClosed {
-				return nil // the child closed its stdin
+			if st == protocol.WriteStdinClosed || st == protocol.WriteUnknownProcess {
+				return errStdinDone
 			}
 		}
 		if err == io.EOF {
-			return c.Process.CloseStdin(c.ctx)
+			return nil
 		}
 		if err != nil {
-			c.Process.CloseStdin(c.ctx)
 			return err
 		}
 	}
 }
+
+// stdinChunk is the most stdin bytes sent in one process/write.
+const stdinChunk = 64 << 10
 
 // Wait copies the output to Stdout and Stderr until the process closes.
 // A non-zero exit is an *ExitError.

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/outpost-exec/outpost/protocol"
 )
@@ -87,6 +88,8 @@ type Process struct {
 	exited    atomic.Bool
 	failure   atomic.Pointer[error]
 	writes    atomic.Int64
+	// stdinWaits counts writes refused for a full stdin queue and resent.
+	stdinWaits atomic.Int64
 }
 
 func newProcess(env *Remote, id string) *Process {
@@ -259,14 +262,20 @@ func (p *Process) nextWriteID() string {
 	return p.id + "-w" + strconv.FormatInt(p.writes.Add(1), 10)
 }
 
-// Write writes data to the process's stdin. A write interrupted by a
-// dropped connection is retried after the session resumes; its write id
-// makes the retry harmless.
+// Write writes data to the process's stdin. It applies backpressure:
+// while the executor's stdin queue is full (the command reads slower than
+// it is fed, or not at all) Write waits and resends the same write, until
+// the executor takes it, the process closes (WriteStdinClosed), or ctx
+// ends (an error wrapping ctx.Err()). A write interrupted by a dropped
+// connection is resent after the session resumes. Every resend carries
+// the same write id, so the executor applies the bytes once, whichever
+// attempt it saw.
 func (p *Process) Write(ctx context.Context, data []byte) (protocol.WriteStatus, error) {
 	return p.write(ctx, data, false)
 }
 
-// CloseStdin closes the process's stdin (on a PTY: sends ^D).
+// CloseStdin closes the process's stdin (on a PTY: sends ^D), after every
+// byte already written; it waits for room like Write.
 func (p *Process) CloseStdin(ctx context.Context) error {
 	st, err := p.write(ctx, nil, true)
 	if err == nil && st != protocol.WriteAccepted && st != protocol.WriteStdinClosed {
@@ -275,11 +284,69 @@ func (p *Process) CloseStdin(ctx context.Context) error {
 	return err
 }
 
+// Stdin backpressure: a write the executor refuses because its stdin
+// queue is full is resent after a delay that starts at stdinRetryMin and
+// doubles up to stdinRetryMax, so a command that never reads costs one
+// small request per stdinRetryMax, and one that reads slowly is fed
+// within stdinRetryMax of making room. Memory stays bounded: the caller's
+// one chunk here, the executor's queue there (StdinQueueWrites,
+// StdinQueueBytes).
+const (
+	stdinRetryMin = time.Millisecond
+	stdinRetryMax = 20 * time.Millisecond
+)
+
+// nextStdinDelay is the wait before the next resend of a refused write,
+// after one of prev (0 for the first refusal).
+func nextStdinDelay(prev time.Duration) time.Duration {
+	if prev < stdinRetryMin {
+		return stdinRetryMin
+	}
+	return min(2*prev, stdinRetryMax)
+}
+
+// stdinFull says err is the executor's refusal of a write for want of
+// room (kind exhausted), which waiting cures.
+func stdinFull(err error) bool { return protocol.KindOf(err) == protocol.KindExhausted }
+
 func (p *Process) write(ctx context.Context, data []byte, closeStdin bool) (protocol.WriteStatus, error) {
 	id := p.nextWriteID()
-	var res protocol.WriteResult
-	err := p.env.call(ctx, true, protocol.MethodProcessWrite, protocol.WriteParams{ProcessID: p.id, Chunk: data, WriteID: &id, CloseStdin: closeStdin}, &res)
-	return res.Status, err
+	params := protocol.WriteParams{ProcessID: p.id, Chunk: data, WriteID: &id, CloseStdin: closeStdin}
+	var delay time.Duration
+	var timer *time.Timer
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
+	for {
+		var res protocol.WriteResult
+		err := p.env.call(ctx, true, protocol.MethodProcessWrite, params, &res)
+		switch {
+		case err == nil && res.Status != protocol.WriteStarting:
+			return res.Status, nil
+		case err != nil && !stdinFull(err):
+			return "", err
+		}
+		p.stdinWaits.Add(1)
+		delay = nextStdinDelay(delay)
+		if timer == nil {
+			timer = time.NewTimer(delay)
+		} else {
+			timer.Reset(delay)
+		}
+		select {
+		case <-timer.C:
+		case <-ctx.Done():
+			return "", fmt.Errorf("process %s: writing stdin: waiting for the command to read what it was sent: %w", p.id, ctx.Err())
+		case <-p.done:
+			// Closed (its stdin with it) or failed: nothing will read.
+			if err := p.Err(); err != nil {
+				return "", err
+			}
+			return protocol.WriteStdinClosed, nil
+		}
+	}
 }
 
 // Signal sends sig to the process group.

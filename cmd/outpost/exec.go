@@ -293,20 +293,48 @@ func jsonEmitter(w io.Writer, on bool) func(map[string]any) {
 	return func(m map[string]any) { enc.Encode(m) }
 }
 
+// forwardStdin copies this process's stdin to p's. Process.Write waits
+// while the command reads slower than stdin delivers, so any amount
+// passes with bounded memory; after the last byte (or a failure, which is
+// reported) p's stdin is closed, so the command sees EOF and never waits
+// for input that will not come.
 func forwardStdin(ctx context.Context, p *client.Process, tty bool) {
 	r := bufio.NewReaderSize(os.Stdin, 64<<10)
 	buf := make([]byte, 64<<10)
 	for {
 		n, err := r.Read(buf)
 		if n > 0 {
-			if st, werr := p.Write(ctx, append([]byte(nil), buf[:n]...)); werr != nil || st == protocol.WriteStdinClosed {
+			st, werr := p.Write(ctx, append([]byte(nil), buf[:n]...))
+			if st == protocol.WriteStdinClosed || st == protocol.WriteUnknownProcess {
+				return // the command closed its stdin or is gone: the rest is not wanted
+			}
+			if werr != nil {
+				// Once the command has ended (and the connection with
+				// it) a failed write is no news.
+				if ctx.Err() == nil && !closed(p.Done()) {
+					fmt.Fprintf(os.Stderr, "outpost exec: forwarding stdin: %v\n", werr)
+					p.CloseStdin(ctx)
+				}
 				return
 			}
 		}
 		if err != nil {
+			if err != io.EOF && ctx.Err() == nil {
+				fmt.Fprintf(os.Stderr, "outpost exec: reading stdin: %v\n", err)
+			}
 			p.CloseStdin(ctx)
 			return
 		}
+	}
+}
+
+// closed reports whether ch is closed.
+func closed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
 	}
 }
 
