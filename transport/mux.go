@@ -12,8 +12,8 @@ package transport
 // and grow with the measured bandwidth-delay product up to StreamWindow;
 // their growth is bounded per connection by SessionWindow and per process
 // by ProcessWindowBudget. So one connection's receive buffers are bounded
-// by peer streams (≤ mux MaxStreams, 1024) × 256 KiB + SessionWindow, and
-// a whole executor's growth by ProcessWindowBudget.
+// by peer streams (≤ MaxStreams, default 1024) × 384 KiB + SessionWindow,
+// and a whole executor's growth by ProcessWindowBudget.
 
 import (
 	"errors"
@@ -52,11 +52,17 @@ type MuxConfig struct {
 	// bounds a frame's write to the connection.
 	KeepAlive              time.Duration
 	ConnectionWriteTimeout time.Duration
-	// MaxInboundStreams bounds the streams the peer may have open at once
-	// (enforced by the executor on client-opened control streams).
+	// MaxInboundStreams bounds the client-opened control streams the
+	// executor serves at once (enforced by the executor, above the mux).
 	MaxInboundStreams int
-	// AcceptBacklog bounds streams opened but not yet accepted.
+	// AcceptBacklog bounds streams the peer opened that are not yet
+	// accepted; one more is reset (mux Config.AcceptBacklog).
 	AcceptBacklog int
+	// MaxStreams bounds the streams the peer may have open at once in the
+	// mux itself; one more is reset (mux Config.MaxStreams). It bounds the
+	// session's receive buffers (see above). 0 selects the mux default,
+	// 1024, so a MuxConfig written before this field keeps its behaviour.
+	MaxStreams int
 }
 
 // DefaultMuxConfig returns the defaults documented on MuxConfig.
@@ -68,6 +74,7 @@ func DefaultMuxConfig() MuxConfig {
 		ConnectionWriteTimeout: 10 * time.Second,
 		MaxInboundStreams:      64,
 		AcceptBacklog:          256,
+		MaxStreams:             mux.DefaultConfig().MaxStreams,
 	}
 }
 
@@ -82,6 +89,8 @@ func (c MuxConfig) Validate() error {
 		return errors.New("mux: KeepAlive and ConnectionWriteTimeout must be positive")
 	case c.MaxInboundStreams < 1 || c.AcceptBacklog < 1:
 		return errors.New("mux: MaxInboundStreams and AcceptBacklog must be at least 1")
+	case c.MaxStreams < 0:
+		return errors.New("mux: MaxStreams must not be negative (0 selects 1024)")
 	}
 	return nil
 }
@@ -94,6 +103,7 @@ func (c MuxConfig) mux() mux.Config {
 		KeepAlive:       c.KeepAlive,
 		WriteTimeout:    c.ConnectionWriteTimeout,
 		AcceptBacklog:   c.AcceptBacklog,
+		MaxStreams:      c.MaxStreams,
 	}
 }
 

@@ -16,7 +16,7 @@ import "encoding/binary"
 // Frame header, 12 bytes, big-endian (SPEC.md section 2):
 //
 //	offset size field
-//	0      1    version   Version (1); mux sends 0 here
+//	0      1    version   Version (1); yamux sent 0 here
 //	1      1    type      typeData, typeWindow, typePing, typeGoAway
 //	2      1    flags     flagSYN | flagFIN | flagRST (data), flagACK (ping)
 //	3      1    reserved  0

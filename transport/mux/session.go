@@ -91,6 +91,9 @@ var (
 	ErrKeepAliveTimeout = errors.New("mux: keepalive timeout")
 	ErrTimeout          = errors.New("mux: ping timeout")
 	ErrVersion          = errors.New("mux: the peer speaks another multiplexer version (an outpost from before mux 1 speaks yamux)")
+	// ErrPeerProtocol: the peer sent go-away 1, its report of a protocol
+	// error of ours, and is closing the connection.
+	ErrPeerProtocol = &ProtocolError{Msg: "the peer reports a protocol error of ours"}
 )
 
 // ProtocolError is a peer's violation of SPEC.md; the session is closed.
@@ -576,13 +579,20 @@ func (s *Session) recvLoop() {
 		err = ErrSessionShutdown
 	}
 	var pe *ProtocolError
-	if (errors.As(err, &pe) || err == ErrVersion) && s.wmu.TryLock() {
+	// The peer's own go-away 1 is not answered: it found the error, and
+	// is already closing.
+	if (errors.As(err, &pe) || err == ErrVersion) && err != ErrPeerProtocol && s.wmu.TryLock() {
 		// Best effort, and only if the connection is free: tell the peer
 		// why before hanging up. A peer that does not read (the writer
-		// holding wmu is stuck) gets no explanation and no wait.
-		s.wmu.Unlock()
+		// holding wmu is stuck) gets no explanation and no wait. wmu is
+		// kept until the session is closed, so the go-away is the last
+		// frame: no other writer can slip one in after it, nor take the
+		// connection between the check and the write.
 		s.conn.SetWriteDeadline(time.Now().Add(100 * time.Millisecond))
-		s.writeHeader(typeGoAway, 0, 0, goAwayProtocol)
+		s.hdr.encode(typeGoAway, 0, 0, goAwayProtocol)
+		s.conn.Write(s.hdr[:])
+		s.closeWith(err)
+		s.wmu.Unlock()
 	}
 	s.closeWith(err)
 }
@@ -609,6 +619,7 @@ func (s *Session) recv() error {
 			if h.flags() != 0 {
 				return protoErr("flags %#x on a window frame", h.flags())
 			}
+			// Stream 0 and ids never opened are refused by lookup.
 			if st, err := s.lookup(id); err != nil {
 				return err
 			} else if st != nil {
@@ -617,6 +628,9 @@ func (s *Session) recv() error {
 				}
 			}
 		case typePing:
+			if h.flags()&^flagACK != 0 {
+				return protoErr("flags %#x on a ping", h.flags())
+			}
 			if id != 0 {
 				return protoErr("ping on stream %d", id)
 			}
@@ -626,8 +640,15 @@ func (s *Session) recv() error {
 				return err
 			}
 		case typeGoAway:
-			if n == goAwayProtocol {
-				return protoErr("the peer reports a protocol error of ours")
+			switch {
+			case h.flags() != 0:
+				return protoErr("flags %#x on a go-away", h.flags())
+			case id != 0:
+				return protoErr("go-away on stream %d", id)
+			case n == goAwayProtocol:
+				return ErrPeerProtocol
+			case n != goAwayNormal:
+				return protoErr("unknown go-away code %d", n)
 			}
 			s.remoteGoAway.Store(true)
 		default:
@@ -639,6 +660,8 @@ func (s *Session) recv() error {
 // lookup finds an open stream. It returns nil without error for a stream
 // that existed and has since been forgotten (frames in flight when it was
 // reset or closed are discarded), and an error for an id never opened.
+// Ids are opened in turn without gaps (SPEC.md section 2.1), so every id
+// of a side's parity up to the last it opened was opened.
 func (s *Session) lookup(id uint32) (*Stream, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -653,6 +676,14 @@ func (s *Session) lookup(id uint32) (*Stream, error) {
 }
 
 func (s *Session) handleData(flags byte, id, n uint32) error {
+	// Checked before a SYN registers anything, so a bad frame opens no
+	// stream on its way to ending the session.
+	if flags&^(flagSYN|flagFIN|flagRST) != 0 {
+		return protoErr("flags %#x on a data frame", flags)
+	}
+	if flags&flagRST != 0 && (n != 0 || flags != flagRST) {
+		return protoErr("reset with a body or other flags on stream %d", id)
+	}
 	var st *Stream
 	var err error
 	if flags&flagSYN != 0 {
@@ -664,13 +695,17 @@ func (s *Session) handleData(flags byte, id, n uint32) error {
 		return err
 	}
 	if flags&flagRST != 0 {
-		if n != 0 || flags != flagRST {
-			return protoErr("reset with a body or other flags on stream %d", id)
-		}
 		if st != nil {
 			st.resetByPeer()
 		}
 		return nil
+	}
+	// After its FIN the peer sends only RST on the stream: data, even an
+	// empty frame or a second FIN, is a protocol error while the stream
+	// lives (once it has ended, nothing of it is remembered and its
+	// frames are discarded; SPEC.md section 2.1).
+	if st != nil && st.finishedByPeer() {
+		return protoErr("data after FIN on stream %d", id)
 	}
 	if n > 0 {
 		if st == nil {
@@ -693,9 +728,19 @@ func (s *Session) handleData(flags byte, id, n uint32) error {
 // is refused (reset).
 func (s *Session) incoming(id uint32) (*Stream, error) {
 	s.mu.Lock()
-	if id == 0 || id%2 == 1 == s.client || id <= s.lastPeerID {
+	// The peer's ids go 1, 3, 5, ... (a client's) or 2, 4, 6, ... (a
+	// server's), each SYN the next: any other id is a protocol error.
+	// (In 64 bits, so the last id does not wrap round to a first.)
+	next := uint64(s.lastPeerID) + 2
+	if s.lastPeerID == 0 {
+		next = 2
+		if !s.client {
+			next = 1
+		}
+	}
+	if uint64(id) != next {
 		s.mu.Unlock()
-		return nil, protoErr("SYN for stream %d: wrong parity or not increasing", id)
+		return nil, protoErr("SYN for stream %d, want %d: ids are opened in turn by parity", id, next)
 	}
 	s.lastPeerID = id
 	// A full backlog refuses before the stream is registered, so a flood

@@ -237,6 +237,13 @@ func (st *Stream) addCredit(n uint32) error {
 	return nil
 }
 
+// finishedByPeer reports whether the peer's FIN has arrived.
+func (st *Stream) finishedByPeer() bool {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return st.remoteFIN
+}
+
 func (st *Stream) finByPeer() {
 	st.mu.Lock()
 	st.remoteFIN = true
