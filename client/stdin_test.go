@@ -6,18 +6,13 @@ import (
 	"encoding/hex"
 	"errors"
 	"io"
-	"path/filepath"
 	"runtime"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"go.uber.org/zap/zaptest"
-
-	"github.com/outpost-exec/outpost/executor"
 	"github.com/outpost-exec/outpost/protocol"
-	"github.com/outpost-exec/outpost/relay"
 )
 
 // stdinSize is what the large-stdin tests send: four times the executor's
@@ -62,51 +57,7 @@ func (r *patternReader) sum() string { return hex.EncodeToString(r.h.Sum(nil)) }
 // through the relay.
 func relayEnv(t *testing.T) *Remote {
 	t.Helper()
-	tokens, err := relay.OpenStore(filepath.Join(t.TempDir(), "relay.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	relayKey, exKey := newKey(t), newKey(t)
-	rs, err := relay.NewServer(relay.Config{Key: relayKey.Keypair(), Tokens: tokens, Logger: zaptest.NewLogger(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := rs.Listen("127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	relayURL := "outpost://" + ln.Addr().String() + "#" + relayKey.PublicKey().Fingerprint()
-	joinToken, _, err := tokens.Create(relay.TokenJoin, relay.CreateOptions{Uses: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	clientToken, _, err := tokens.Create(relay.TokenClient, relay.CreateOptions{Executors: "stdin-*"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv, err := executor.NewServer(executor.DefaultConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	joined, done := make(chan struct{}, 16), make(chan error, 1)
-	go func() {
-		done <- srv.Join(ctx, executor.JoinConfig{RelayURL: relayURL, Key: exKey.Keypair(), ID: "stdin-1", Token: joinToken,
-			Joined: func() { joined <- struct{}{} }})
-	}()
-	t.Cleanup(func() {
-		cancel()
-		<-done
-		srv.Shutdown(context.Background())
-	})
-	select {
-	case <-joined:
-	case err := <-done:
-		t.Fatalf("join ended: %v", err)
-	case <-ctxT(t).Done():
-		t.Fatal("the executor did not join")
-	}
+	relayURL, _, clientToken, _ := joinedRelay(t, "stdin-1", "stdin-*")
 	return dial(t, relayURL, Config{Executor: "stdin-1", Token: clientToken})
 }
 

@@ -30,10 +30,7 @@ func TestCodexCLICapabilityToken(t *testing.T) {
 	if err != nil {
 		t.Skipf("skipping the codex CLI test: %v", err)
 	}
-	bin, err := peers.BuildOutpost(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
+	bin := outpostBinary(t)
 	const token = "capability-token-for-the-test"
 	tokFile := filepath.Join(t.TempDir(), "token")
 	if err := os.WriteFile(tokFile, []byte(token+"\n"), 0o600); err != nil {

@@ -294,10 +294,7 @@ func TestCodexCLI(t *testing.T) {
 	}
 	bin := os.Getenv(outpostBinEnv)
 	if bin == "" {
-		var err error
-		if bin, err = peers.BuildOutpost(t.TempDir()); err != nil {
-			t.Fatal(err)
-		}
+		bin = outpostBinary(t)
 	}
 	shell := newHostShell(t)
 	for _, version := range peers.CodexVersions {

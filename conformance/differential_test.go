@@ -18,8 +18,6 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
-
-	"github.com/outpost-exec/outpost/internal/peers"
 )
 
 const stepTimeout = 20 * time.Second
@@ -372,26 +370,7 @@ func scenario(t *testing.T, url string) []observation {
 }
 
 func TestDifferentialAgainstCodexExecServer(t *testing.T) {
-	codexBin, err := peers.CodexBinary()
-	if err != nil {
-		t.Skipf("skipping the differential test: %v", err)
-	}
-	bin, err := peers.BuildOutpost(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), stepTimeout)
-	defer cancel()
-	ours, err := peers.StartOutpost(ctx, bin)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ours.Stop()
-	theirs, err := peers.StartCodex(ctx, codexBin)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer theirs.Stop()
+	ours, theirs := bothServers(t)
 
 	a := scenario(t, ours.URL)
 	b := scenario(t, theirs.URL)

@@ -252,10 +252,7 @@ func TestDifferentialEnvConfigAgainstCodexExecServer(t *testing.T) {
 	if err != nil {
 		t.Skipf("skipping the environment differential test: %v", err)
 	}
-	bin, err := peers.BuildOutpost(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
+	bin := outpostBinary(t)
 	run := func(who, variant string) []observation {
 		base, err := os.MkdirTemp("/var/tmp", "outpost-envdiff-")
 		if err != nil {

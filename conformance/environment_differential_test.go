@@ -1,7 +1,6 @@
 package conformance
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -9,8 +8,6 @@ import (
 	"sort"
 	"strings"
 	"testing"
-
-	"github.com/outpost-exec/outpost/internal/peers"
 )
 
 // What codex 0.171 learns of an environment: initialize's environmentInfo
@@ -20,30 +17,11 @@ import (
 // file: URIs for every path, and the same sixteen capability flags (whose
 // values differ: each is true on outpost exactly for what it implements).
 func TestDifferentialEnvironmentInfo(t *testing.T) {
-	codexBin, err := peers.CodexBinary()
-	if err != nil {
-		t.Skipf("skipping the differential test: %v", err)
-	}
-	bin, err := peers.BuildOutpost(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
 	home, tmp := t.TempDir(), t.TempDir()
 	home, _ = filepath.EvalSymlinks(home)
 	tmp, _ = filepath.EvalSymlinks(tmp)
 	env := []string{"SHELL=/bin/sh", "HOME=" + home, "TMPDIR=" + tmp}
-	ctx, cancel := context.WithTimeout(context.Background(), stepTimeout)
-	defer cancel()
-	ours, err := peers.StartOutpost(ctx, bin, env...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ours.Stop()
-	theirs, err := peers.StartCodex(ctx, codexBin, env...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer theirs.Stop()
+	ours, theirs := bothServers(t, env...)
 
 	look := func(url string) (init, info map[string]any) {
 		w := dial(t, url)
@@ -113,26 +91,7 @@ func keys(m map[string]any) string {
 // fs/canonicalize answers a URI with a URI, as codex 0.171's server does:
 // a plain path back is what made codex 0.171 refuse outpost's answers.
 func TestDifferentialCanonicalizeAnswersURIs(t *testing.T) {
-	codexBin, err := peers.CodexBinary()
-	if err != nil {
-		t.Skipf("skipping the differential test: %v", err)
-	}
-	bin, err := peers.BuildOutpost(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), stepTimeout)
-	defer cancel()
-	ours, err := peers.StartOutpost(ctx, bin)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ours.Stop()
-	theirs, err := peers.StartCodex(ctx, codexBin)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer theirs.Stop()
+	ours, theirs := bothServers(t)
 	dir, _ := filepath.EvalSymlinks(t.TempDir())
 	if err := os.MkdirAll(filepath.Join(dir, "a", "b"), 0o755); err != nil {
 		t.Fatal(err)

@@ -3,7 +3,6 @@ package conformance
 import (
 	"bytes"
 	"compress/gzip"
-	"context"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
@@ -14,8 +13,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/outpost-exec/outpost/internal/peers"
 )
 
 // http/request against outpost's executor and codex 0.171's exec-server,
@@ -289,27 +286,8 @@ func httpScenario(t *testing.T, url string, u *httpUpstream) []observation {
 }
 
 func TestDifferentialHTTPRequestAgainstCodexExecServer(t *testing.T) {
-	codexBin, err := peers.CodexBinary()
-	if err != nil {
-		t.Skipf("skipping the differential test: %v", err)
-	}
-	bin, err := peers.BuildOutpost(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), stepTimeout)
-	defer cancel()
 	env := []string{"HTTP_DIFF_TOKEN=sekrit", "HTTP_DIFF_EMPTY=", "OPENAI_API_KEY=k"}
-	ours, err := peers.StartOutpost(ctx, bin, env...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ours.Stop()
-	theirs, err := peers.StartCodex(ctx, codexBin, env...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer theirs.Stop()
+	ours, theirs := bothServers(t, env...)
 
 	u := newHTTPUpstream(t)
 	a := httpScenario(t, ours.URL, u)

@@ -149,10 +149,7 @@ func startCodexAt(t *testing.T, version string) *peers.Server {
 }
 
 func startOurs(t *testing.T) *peers.Server {
-	bin, err := peers.BuildOutpost(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
+	bin := outpostBinary(t)
 	ctx, cancel := context.WithTimeout(context.Background(), stepTimeout)
 	defer cancel()
 	s, err := peers.StartOutpost(ctx, bin)

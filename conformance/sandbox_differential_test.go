@@ -1,7 +1,6 @@
 package conformance
 
 import (
-	"context"
 	"encoding/base64"
 	"fmt"
 	"net"
@@ -9,8 +8,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-
-	"github.com/outpost-exec/outpost/internal/peers"
 )
 
 // codexSandbox is the sandbox object codex 0.145 sends for -s read-only
@@ -48,26 +45,7 @@ type sandboxCase struct {
 // secrets hidden, an unprivileged user when root); where the two differ on
 // a case below, the test fails.
 func TestDifferentialSandboxAgainstCodexExecServer(t *testing.T) {
-	codexBin, err := peers.CodexBinary()
-	if err != nil {
-		t.Skipf("skipping the sandbox differential test: %v", err)
-	}
-	bin, err := peers.BuildOutpost(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), stepTimeout)
-	defer cancel()
-	ours, err := peers.StartOutpost(ctx, bin)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ours.Stop()
-	theirs, err := peers.StartCodex(ctx, codexBin)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer theirs.Stop()
+	ours, theirs := bothServers(t)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

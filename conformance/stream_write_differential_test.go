@@ -1,7 +1,6 @@
 package conformance
 
 import (
-	"context"
 	"fmt"
 	"math"
 	"os"
@@ -11,8 +10,6 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
-
-	"github.com/outpost-exec/outpost/internal/peers"
 )
 
 // TestDifferentialStreamWritesAgainstCodexExecServer runs codex 0.171's
@@ -31,26 +28,7 @@ import (
 // files not yet made; fs/close of an unknown handle is an error on
 // outpost (a committing fs/create must not report success), {} on codex.
 func TestDifferentialStreamWritesAgainstCodexExecServer(t *testing.T) {
-	codexBin, err := peers.CodexBinary()
-	if err != nil {
-		t.Skipf("skipping the stream write differential test: %v", err)
-	}
-	bin, err := peers.BuildOutpost(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), stepTimeout)
-	defer cancel()
-	ours, err := peers.StartOutpost(ctx, bin)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ours.Stop()
-	theirs, err := peers.StartCodex(ctx, codexBin)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer theirs.Stop()
+	ours, theirs := bothServers(t)
 
 	a, oursResumed := streamWriteScenario(t, ours.URL)
 	b, theirsResumed := streamWriteScenario(t, theirs.URL)

@@ -1,7 +1,6 @@
 package conformance
 
 import (
-	"context"
 	"fmt"
 	"math/rand/v2"
 	"net/url"
@@ -11,8 +10,6 @@ import (
 	"strings"
 	"syscall"
 	"testing"
-
-	"github.com/outpost-exec/outpost/internal/peers"
 )
 
 // walkCase is one fs/walk request of the comparison: a path under the
@@ -249,26 +246,7 @@ func walkObserve(t *testing.T, base string, m map[string]any, codeOnly bool) str
 // 0.171's exec-server: entries, their order, truncation, errors, codes and
 // messages must agree.
 func TestDifferentialWalkAgainstCodexExecServer(t *testing.T) {
-	codexBin, err := peers.CodexBinary()
-	if err != nil {
-		t.Skipf("skipping the fs/walk differential test: %v", err)
-	}
-	bin, err := peers.BuildOutpost(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), stepTimeout)
-	defer cancel()
-	ours, err := peers.StartOutpost(ctx, bin)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ours.Stop()
-	theirs, err := peers.StartCodex(ctx, codexBin)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer theirs.Stop()
+	ours, theirs := bothServers(t)
 
 	run := func(url string) []observation {
 		// Outside /tmp: codex's sandbox treats the temporary directories

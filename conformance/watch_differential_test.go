@@ -11,8 +11,6 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
-
-	"github.com/outpost-exec/outpost/internal/peers"
 )
 
 // watchQuiet is how long a step that must not fire waits for a stray
@@ -292,26 +290,7 @@ func watchScenario(t *testing.T, url, dir string) []observation {
 }
 
 func TestDifferentialWatchMissingAgainstCodexExecServer(t *testing.T) {
-	codexBin, err := peers.CodexBinary()
-	if err != nil {
-		t.Skipf("skipping the watch differential test: %v", err)
-	}
-	bin, err := peers.BuildOutpost(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), stepTimeout)
-	defer cancel()
-	ours, err := peers.StartOutpost(ctx, bin)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ours.Stop()
-	theirs, err := peers.StartCodex(ctx, codexBin)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer theirs.Stop()
+	ours, theirs := bothServers(t)
 
 	// Two directories at the same depth, reached without symlinks.
 	root, err := filepath.EvalSymlinks(t.TempDir())
