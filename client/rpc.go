@@ -9,14 +9,18 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"net/http"
 	"sync"
 	"sync/atomic"
+	"syscall"
 
 	"github.com/coder/websocket"
 
 	"github.com/outpost-exec/outpost/protocol"
 	"github.com/outpost-exec/outpost/transport"
+	"github.com/outpost-exec/outpost/transport/mux"
 )
 
 // ErrClosed is returned by calls on a closed or failed connection.
@@ -214,6 +218,12 @@ func (r *RPC) send(ctx context.Context, method string, params any, ordered bool)
 		r.mu.Lock()
 		delete(r.pending, id)
 		r.mu.Unlock()
+		if brokenPipe(err) {
+			// The connection broke under the write: the caller retries
+			// what is safe to retry on the resumed session, as when it
+			// breaks while the request waits for its answer.
+			return nil, fmt.Errorf("%s: %w: %v", method, ErrClosed, err)
+		}
 		return nil, fmt.Errorf("%s: %w", method, err)
 	}
 	return &Pending{r: r, id: id, method: method, w: w}, nil
@@ -288,4 +298,11 @@ func (r *RPC) Close() error {
 	err := r.mc.Close()
 	r.fail(ErrClosed)
 	return err
+}
+
+// brokenPipe reports a write that failed because the connection under it
+// is gone (not a refusal of the message itself: those are not retried).
+func brokenPipe(err error) bool {
+	return errors.Is(err, mux.ErrStreamClosed) || errors.Is(err, mux.ErrStreamReset) || errors.Is(err, mux.ErrSessionShutdown) ||
+		errors.Is(err, net.ErrClosed) || errors.Is(err, io.ErrClosedPipe) || errors.Is(err, syscall.EPIPE) || errors.Is(err, syscall.ECONNRESET)
 }
