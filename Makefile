@@ -1,7 +1,7 @@
 # outpost — build, test, benchmark.
 GO ?= go
 
-.PHONY: all build test fmt-check vet unit demo bench bench-wan fuzz e2e vm-kernel soak
+.PHONY: all build test fmt-check vet unit testsummary demo bench bench-wan fuzz e2e vm-kernel soak
 
 all: build
 
@@ -15,7 +15,9 @@ build:
 	CGO_ENABLED=0 $(GO) build -o bin/outpost-sandbox ./cmd/outpost-sandbox
 
 # The README's test command: formatting, vet, and every unit test under
-# the race detector.
+# the race detector. A test whose dependency (etcd, codex, zsh, a sandboxing
+# kernel, ...) is missing skips, or fails for the classes OUTPOST_REQUIRE
+# names (internal/testdeps; .ci/run names all it installs).
 test: fmt-check vet unit
 
 fmt-check:
@@ -25,8 +27,15 @@ fmt-check:
 vet:
 	$(GO) vet ./...
 
-unit:
-	$(GO) test -race -count=1 ./...
+# go test's output, then per package how many tests ran, passed, failed and
+# skipped (under OUTPOST_REQUIRE, each skipped test and why); go test's exit
+# status.
+TESTSUMMARY := .cache/testsummary
+testsummary:
+	$(GO) build -o $(TESTSUMMARY) ./internal/testdeps/cmd/testsummary
+
+unit: testsummary
+	$(TESTSUMMARY) -go "$(GO)" -- -race -count=1 ./...
 
 demo:
 	$(GO) run ./cmd/outpost demo
@@ -56,13 +65,17 @@ fuzz:
 # End-to-end tests with docker compose (needs a Docker engine, docker-compose
 # and busybox-static): e2e/docker-compose.yml, and deploy/'s operator stack
 # brought up as deploy/README.md says, driven by e2e/.
-e2e: vm-kernel
-	$(GO) test -tags e2e -count=1 -v -timeout 20m ./e2e
+e2e: vm-kernel testsummary
+	$(TESTSUMMARY) -go "$(GO)" -v -- -tags e2e -count=1 -timeout 20m ./e2e
 
 # QEMU and Debian's stock kernel for the e2e VM test of cgroup limits (this
-# machine binds the memory and pids controllers to cgroup v1); best effort.
+# machine binds the memory and pids controllers to cgroup v1); best effort,
+# unless OUTPOST_REQUIRE names qemu.
 vm-kernel:
-	bash scripts/vm-kernel.sh .cache/vm || echo "vm-kernel: QEMU or the kernel is unavailable; the VM test will skip"
+	@bash scripts/vm-kernel.sh .cache/vm || case ",$$(echo "$$OUTPOST_REQUIRE" | tr -d ' ')," in \
+	  *,qemu,*|*,all,*) echo "vm-kernel: QEMU or the kernel is unavailable, and OUTPOST_REQUIRE requires qemu" >&2; exit 1;; \
+	  *) echo "vm-kernel: QEMU or the kernel is unavailable; the VM test will skip";; \
+	esac
 
 # The soak (minutes): 100,000 commands and 10 GiB of checked output through
 # a relay; OUTPOST_SOAK_COMMANDS and OUTPOST_SOAK_GIB scale it.

@@ -31,6 +31,7 @@ import (
 	"github.com/outpost-exec/outpost/engine"
 	"github.com/outpost-exec/outpost/executor"
 	"github.com/outpost-exec/outpost/identity"
+	"github.com/outpost-exec/outpost/internal/testdeps"
 	"github.com/outpost-exec/outpost/protocol"
 	"github.com/outpost-exec/outpost/relay"
 	"github.com/outpost-exec/outpost/sandbox"
@@ -619,7 +620,7 @@ func TestFilesAndEnvironmentInfoThroughTheBridge(t *testing.T) {
 
 func TestSandboxPassesThroughAndIsEnforcedOnTheExecutor(t *testing.T) {
 	if err := sandbox.Probe().Check(sandbox.Policy{Mode: sandbox.ModeReadOnly}); err != nil {
-		t.Skipf("this machine cannot enforce the sandbox: %v", err)
+		testdeps.Missing(t, "sandbox", "this machine cannot enforce the sandbox: %v", err)
 	}
 	topologies(t, func(t *testing.T, up *upstream) {
 		_, url := startBridge(t, up, nil)
@@ -951,7 +952,7 @@ func (p *proxy) stop() {
 func (p *proxy) restart(t *testing.T) {
 	ln, err := net.Listen("tcp", p.ln.Addr().String())
 	if err != nil {
-		t.Skipf("could not reopen the proxy port: %v", err)
+		t.Fatalf("could not reopen the proxy port: %v", err)
 	}
 	p.ln = ln
 	go p.serve(ln)

@@ -18,6 +18,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/outpost-exec/outpost/internal/proctest"
+	"github.com/outpost-exec/outpost/internal/testdeps"
 )
 
 const testTimeout = 10 * time.Second
@@ -26,7 +27,7 @@ func open(t *testing.T, cfg Config) *Manager {
 	t.Helper()
 	m, err := Open(cfg)
 	if errors.Is(err, ErrUnavailable) {
-		t.Skipf("no per-command cgroups on this machine: %v", err)
+		testdeps.Missing(t, "cgroup", "no per-command cgroups on this machine: %v", err)
 	}
 	if err != nil {
 		t.Fatal(err)
@@ -196,7 +197,7 @@ func TestCloseKillsEverythingAndRemovesItsCgroups(t *testing.T) {
 func TestCgroupsOfADeadExecutorAreSweptByTheNext(t *testing.T) {
 	mount, rel, err := ownCgroup()
 	if err != nil {
-		t.Skipf("no cgroup v2: %v", err)
+		testdeps.Missing(t, "cgroup", "no cgroup v2: %v", err)
 	}
 	dead := exec.Command("true")
 	if err := dead.Run(); err != nil {
@@ -204,7 +205,7 @@ func TestCgroupsOfADeadExecutorAreSweptByTheNext(t *testing.T) {
 	}
 	stale := filepath.Join(mount, rel, fmt.Sprintf("outpost-%d", dead.Process.Pid))
 	if err := os.MkdirAll(filepath.Join(stale, "cmd-1"), 0o755); err != nil {
-		t.Skipf("cgroup v2 is not writable here: %v", err)
+		testdeps.Missing(t, "cgroup", "cgroup v2 is not writable here: %v", err)
 	}
 	fd, err := unix.Open(filepath.Join(stale, "cmd-1"), unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
@@ -357,14 +358,15 @@ func TestMain(m *testing.M) {
 }
 
 // skipOrFail skips a test of limits this machine cannot enforce, unless
-// OUTPOST_CGROUP_REQUIRE_LIMITS=1 says they must be (the e2e VM, whose
-// kernel has the controllers in cgroup v2).
+// OUTPOST_CGROUP_REQUIRE_LIMITS=1 (the e2e VM, whose kernel has the
+// controllers in cgroup v2) or OUTPOST_REQUIRE=cgroup-limits says they
+// must be.
 func skipOrFail(t *testing.T, format string, args ...any) {
 	t.Helper()
 	if os.Getenv("OUTPOST_CGROUP_REQUIRE_LIMITS") == "1" {
 		t.Fatalf(format, args...)
 	}
-	t.Skipf(format, args...)
+	testdeps.Missing(t, "cgroup-limits", format, args...)
 }
 
 func waitFor(t *testing.T, cond func() bool) {
@@ -428,7 +430,7 @@ func BenchmarkStartTrue(b *testing.B) {
 	b.Run("cgroup", func(b *testing.B) {
 		m, err := Open(Config{})
 		if err != nil {
-			b.Skip(err)
+			testdeps.Missing(b, "cgroup", "%v", err)
 		}
 		defer m.Close()
 		run(b, func() (*syscall.SysProcAttr, func()) {

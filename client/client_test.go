@@ -275,7 +275,7 @@ func TestResumeReportsLostOutputExplicitly(t *testing.T) {
 	time.Sleep(300 * time.Millisecond)
 	px2, err := net.Listen("tcp", px.ln.Addr().String())
 	if err != nil {
-		t.Skipf("could not reopen the proxy port: %v", err)
+		t.Fatalf("could not reopen the proxy port: %v", err)
 	}
 	px.ln = px2
 	go func() {
@@ -375,7 +375,7 @@ func TestFirstContactPinsTheExecutorAndAChangedKeyIsRefused(t *testing.T) {
 	srv, _ := executor.NewServer(executor.DefaultConfig())
 	ln, err := srv.ListenNative(addr, executor.NativeConfig{Key: other.Keypair()})
 	if err != nil {
-		t.Skipf("could not rebind %s: %v", addr, err)
+		t.Fatalf("could not rebind %s: %v", addr, err)
 	}
 	defer ln.Close()
 	_, err = Dial(ctxT(t), addr, Config{Key: newKey(t), KnownExecutors: known})

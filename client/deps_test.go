@@ -4,6 +4,8 @@ import (
 	"os/exec"
 	"strings"
 	"testing"
+
+	"github.com/outpost-exec/outpost/internal/testdeps"
 )
 
 // clientModules is every module a program importing package client may
@@ -29,7 +31,7 @@ var clientModules = map[string]bool{
 func TestClientLinksOnlyTheModulesItNeeds(t *testing.T) {
 	goTool, err := exec.LookPath("go")
 	if err != nil {
-		t.Skip("the go tool is not on PATH, so the client's module graph cannot be listed")
+		testdeps.Missing(t, "go", "the go tool is not on PATH, so the client's module graph cannot be listed")
 	}
 	out, err := exec.Command(goTool, "list", "-deps", "-f", "{{with .Module}}{{.Path}}{{end}}", ".").Output()
 	if err != nil {

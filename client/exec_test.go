@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/outpost-exec/outpost/internal/testdeps"
 	"github.com/outpost-exec/outpost/sandbox"
 )
 
@@ -144,11 +145,11 @@ func TestExecSpawnAndTransportFailures(t *testing.T) {
 func TestExecSandboxDenialKeepsTheOutput(t *testing.T) {
 	caps := sandbox.Probe()
 	if caps.LandlockABI == 0 || !caps.Seccomp {
-		t.Skip("this machine cannot enforce the sandbox")
+		testdeps.Missing(t, "sandbox", "this machine cannot enforce the sandbox")
 	}
 	outside, err := os.MkdirTemp("/var/tmp", "outpost-exec-test")
 	if err != nil {
-		t.Skip(err)
+		t.Fatal(err)
 	}
 	defer os.RemoveAll(outside)
 	cwd := t.TempDir()

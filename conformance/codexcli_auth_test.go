@@ -23,12 +23,13 @@ import (
 
 	"github.com/outpost-exec/outpost/internal/fakemodel"
 	"github.com/outpost-exec/outpost/internal/peers"
+	"github.com/outpost-exec/outpost/internal/testdeps"
 )
 
 func TestCodexCLICapabilityToken(t *testing.T) {
 	cli, err := peers.CodexBinary()
 	if err != nil {
-		t.Skipf("skipping the codex CLI test: %v", err)
+		testdeps.Missing(t, "codex", "skipping the codex CLI test: %v", err)
 	}
 	bin := outpostBinary(t)
 	const token = "capability-token-for-the-test"

@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/outpost-exec/outpost/internal/fakemodel"
+	"github.com/outpost-exec/outpost/internal/testdeps"
 )
 
 // envTroubleRE matches the lines codex writes to stderr when the
@@ -127,7 +128,7 @@ func codexExecutorLoginShell(t *testing.T, srv execServer) observations {
 		t.Skip("no separate executor for this server kind; see the outpost row")
 	}
 	if srv.host.shell.passwd == "" {
-		t.Skip("no mount namespace to give the executor a login shell of its own")
+		testdeps.Missing(t, "userns", "no mount namespace to give the executor a login shell of its own")
 	}
 	host := newExecutorHost(t, srv.host.shell)
 	host.env = append(host.env, "SHELL=") // an empty SHELL is no SHELL, to both servers

@@ -40,6 +40,7 @@ import (
 
 	"github.com/outpost-exec/outpost/internal/fakemodel"
 	"github.com/outpost-exec/outpost/internal/peers"
+	"github.com/outpost-exec/outpost/internal/testdeps"
 )
 
 // codexRunTimeout bounds one `codex exec`.
@@ -290,7 +291,7 @@ const outpostBinEnv = "OUTPOST_CODEXCLI_OUTPOST_BIN"
 // Releases run in parallel (as -parallel allows).
 func TestCodexCLI(t *testing.T) {
 	if _, err := peers.CodexBinary(); err != nil {
-		t.Skipf("skipping the codex CLI test: %v", err)
+		testdeps.Missing(t, "codex", "skipping the codex CLI test: %v", err)
 	}
 	bin := os.Getenv(outpostBinEnv)
 	if bin == "" {
@@ -302,7 +303,7 @@ func TestCodexCLI(t *testing.T) {
 			t.Parallel()
 			cli, err := peers.CodexBinaryAt(version)
 			if err != nil {
-				t.Skipf("skipping codex %s: %v", version, err)
+				testdeps.Missing(t, "codex", "skipping codex %s: %v", version, err)
 			}
 			codexCLIMatrix(t, bin, version, cli, shell)
 		})

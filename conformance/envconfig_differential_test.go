@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/outpost-exec/outpost/internal/peers"
+	"github.com/outpost-exec/outpost/internal/testdeps"
 )
 
 // envTree lays out a home (codex config, skills in both user roots) and
@@ -250,13 +251,13 @@ func envNormalize(base, home string, m map[string]any) string {
 func TestDifferentialEnvConfigAgainstCodexExecServer(t *testing.T) {
 	codexBin, err := peers.CodexBinary()
 	if err != nil {
-		t.Skipf("skipping the environment differential test: %v", err)
+		testdeps.Missing(t, "codex", "skipping the environment differential test: %v", err)
 	}
 	bin := outpostBinary(t)
 	run := func(who, variant string) []observation {
 		base, err := os.MkdirTemp("/var/tmp", "outpost-envdiff-")
 		if err != nil {
-			t.Skipf("no directory outside /tmp: %v", err)
+			t.Fatalf("no directory outside /tmp: %v", err)
 		}
 		t.Cleanup(func() { os.RemoveAll(base) })
 		if base, err = filepath.EvalSymlinks(base); err != nil {

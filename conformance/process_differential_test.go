@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/outpost-exec/outpost/internal/peers"
+	"github.com/outpost-exec/outpost/internal/testdeps"
 	"github.com/outpost-exec/outpost/sandbox"
 )
 
@@ -136,7 +137,7 @@ func startWith(t *testing.T, w *wire, pid, dir, script, extra string) (string, m
 func startCodexAt(t *testing.T, version string) *peers.Server {
 	bin, err := peers.CodexBinaryAt(version)
 	if err != nil {
-		t.Skipf("skipping: %v", err)
+		testdeps.Missing(t, "codex", "skipping: %v", err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), stepTimeout)
 	defer cancel()
@@ -167,7 +168,7 @@ func startOurs(t *testing.T) *peers.Server {
 // process/exited (sandboxDenied always present) for every start.
 func TestProcessStartDifferentialAgainstCodex(t *testing.T) {
 	if _, err := peers.CodexBinary(); err != nil {
-		t.Skipf("skipping: %v", err)
+		testdeps.Missing(t, "codex", "skipping: %v", err)
 	}
 	theirs := startCodexAt(t, peers.CodexVersion)
 	ours := startOurs(t)
@@ -210,8 +211,7 @@ func TestProcessStartDifferentialAgainstCodex(t *testing.T) {
 		t.Errorf("no sandbox:\n  outpost: %s\n  codex:   %s", a, b)
 	}
 	if err := sandbox.Probe().Check(sandbox.Policy{Mode: sandbox.ModeReadOnly}); err != nil {
-		t.Logf("skipping the sandboxed start: %v", err)
-		return
+		testdeps.Missing(t, "sandbox", "skipping the sandboxed start: %v", err)
 	}
 	ws := t.TempDir()
 	sb, _ := json.Marshal(codexSandbox("workspace-write", ws))
@@ -250,7 +250,7 @@ func TestProcessExitedCarriesSandboxDeniedOnEveryCodex(t *testing.T) {
 // more signals and an optional writeId, are deliberate and not compared).
 func TestProcessMethodsRefuseIllTypedParamsLikeCodex(t *testing.T) {
 	if _, err := peers.CodexBinary(); err != nil {
-		t.Skipf("skipping: %v", err)
+		testdeps.Missing(t, "codex", "skipping: %v", err)
 	}
 	theirs := startCodexAt(t, peers.CodexVersion)
 	ours := startOurs(t)

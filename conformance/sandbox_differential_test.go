@@ -67,7 +67,7 @@ func TestDifferentialSandboxAgainstCodexExecServer(t *testing.T) {
 		// workspace-write leaves writable.
 		base, err := os.MkdirTemp("/var/tmp", "outpost-sbdiff-")
 		if err != nil {
-			t.Skipf("no directory outside /tmp: %v", err)
+			t.Fatalf("no directory outside /tmp: %v", err)
 		}
 		t.Cleanup(func() { os.RemoveAll(base) })
 		os.Chmod(base, 0o755) // like /srv: the sandbox's user may look around

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/outpost-exec/outpost/internal/peers"
+	"github.com/outpost-exec/outpost/internal/testdeps"
 )
 
 // built is cmd/outpost, built once for every test of the package.
@@ -45,7 +46,7 @@ func bothServers(t *testing.T, env ...string) (ours, theirs *peers.Server) {
 	t.Helper()
 	codexBin, err := peers.CodexBinary()
 	if err != nil {
-		t.Skipf("skipping the differential test: %v", err)
+		testdeps.Missing(t, "codex", "skipping the differential test: %v", err)
 	}
 	bin := outpostBinary(t)
 	ctx, cancel := context.WithTimeout(context.Background(), stepTimeout)

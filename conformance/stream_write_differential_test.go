@@ -58,7 +58,7 @@ func streamWriteScenario(t *testing.T, url string) (obs []observation, afterResu
 	// Outside /tmp, which workspace-write leaves writable.
 	base, err := os.MkdirTemp("/var/tmp", "outpost-swdiff-")
 	if err != nil {
-		t.Skipf("no directory outside /tmp: %v", err)
+		t.Fatalf("no directory outside /tmp: %v", err)
 	}
 	t.Cleanup(func() { os.RemoveAll(base) })
 	os.Chmod(base, 0o755)

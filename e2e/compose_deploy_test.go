@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/outpost-exec/outpost/internal/peers"
+	"github.com/outpost-exec/outpost/internal/testdeps"
 )
 
 // bringUpCommands are the lines of the sh block that follows the
@@ -41,7 +42,7 @@ func bringUpCommands(t *testing.T, root string) []string {
 // across recreated containers and a process that exits.
 func TestDeployStackComesUpAndSurvivesRecreate(t *testing.T) {
 	if _, err := os.Stat("/var/run/docker.sock"); err != nil {
-		t.Skip("no Docker engine")
+		testdeps.Missing(t, "docker", "no Docker engine")
 	}
 	root, err := peers.RepoRoot()
 	if err != nil {

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/outpost-exec/outpost/internal/peers"
+	"github.com/outpost-exec/outpost/internal/testdeps"
 )
 
 // dockerProbeEnv makes this test binary a probe that asks the Docker
@@ -44,7 +45,7 @@ func TestMain(m *testing.M) {
 func TestSandboxedCommandCannotDriveDocker(t *testing.T) {
 	sock := "/var/run/docker.sock"
 	if _, err := os.Stat(sock); err != nil {
-		t.Skip("no Docker socket on this machine")
+		testdeps.Missing(t, "docker", "no Docker socket on this machine")
 	}
 	if os.Geteuid() != 0 {
 		t.Skip("needs root, as the executor of the attack ran")

@@ -21,6 +21,7 @@ import (
 
 	"github.com/outpost-exec/outpost/identity"
 	"github.com/outpost-exec/outpost/internal/peers"
+	"github.com/outpost-exec/outpost/internal/testdeps"
 	"github.com/outpost-exec/outpost/relay"
 )
 
@@ -51,7 +52,7 @@ func run(t *testing.T, dir string, env []string, name string, args ...string) (s
 func buildImage(t *testing.T, root, tag string) {
 	t.Helper()
 	if _, err := exec.LookPath("busybox"); err != nil {
-		t.Skip("busybox-static is not installed (apt-get install busybox-static)")
+		testdeps.Missing(t, "busybox", "busybox-static is not installed (apt-get install busybox-static)")
 	}
 	if out, err := run(t, root, nil, "deploy/build-image.sh", tag); err != nil {
 		t.Fatalf("deploy/build-image.sh: %v\n%s", err, out)
@@ -61,10 +62,10 @@ func buildImage(t *testing.T, root, tag string) {
 func setup(t *testing.T) *stack {
 	t.Helper()
 	if _, err := exec.LookPath("docker-compose"); err != nil {
-		t.Skip("docker-compose is not installed")
+		testdeps.Missing(t, "docker", "docker-compose is not installed")
 	}
 	if out, err := run(t, "", nil, "docker", "info"); err != nil {
-		t.Skipf("no Docker engine: %s", out)
+		testdeps.Missing(t, "docker", "no Docker engine: %s", out)
 	}
 	root, err := peers.RepoRoot()
 	if err != nil {

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/outpost-exec/outpost/internal/peers"
+	"github.com/outpost-exec/outpost/internal/testdeps"
 )
 
 // vmInit is the VM's /init. It mounts cgroup2 alone (every controller in
@@ -82,15 +83,15 @@ func TestCgroupLimitsOnAKernelWithTheControllers(t *testing.T) {
 		kernel = filepath.Join(root, ".cache", "vm", "vmlinuz")
 	}
 	if _, err := os.Stat(kernel); err != nil {
-		t.Skipf("no VM kernel at %s (scripts/vm-kernel.sh fetches one): %v", kernel, err)
+		testdeps.Missing(t, "qemu", "no VM kernel at %s (scripts/vm-kernel.sh fetches one): %v", kernel, err)
 	}
 	qemu, err := exec.LookPath("qemu-system-x86_64")
 	if err != nil {
-		t.Skip("qemu-system-x86_64 is not installed (scripts/vm-kernel.sh installs it)")
+		testdeps.Missing(t, "qemu", "qemu-system-x86_64 is not installed (scripts/vm-kernel.sh installs it)")
 	}
 	busybox, err := exec.LookPath("busybox")
 	if err != nil {
-		t.Skip("busybox is not installed")
+		testdeps.Missing(t, "busybox", "busybox is not installed")
 	}
 	dir := t.TempDir()
 	rootfs := filepath.Join(dir, "root")

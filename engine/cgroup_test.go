@@ -13,6 +13,7 @@ import (
 
 	"github.com/outpost-exec/outpost/cgroup"
 	"github.com/outpost-exec/outpost/internal/proctest"
+	"github.com/outpost-exec/outpost/internal/testdeps"
 )
 
 // cgroupBackend is a LocalBackend that gives every command a cgroup; the
@@ -21,7 +22,7 @@ func cgroupBackend(t *testing.T) *LocalBackend {
 	t.Helper()
 	m, err := cgroup.Open(cgroup.DefaultConfig())
 	if errors.Is(err, cgroup.ErrUnavailable) {
-		t.Skipf("no per-command cgroups on this machine: %v", err)
+		testdeps.Missing(t, "cgroup", "no per-command cgroups on this machine: %v", err)
 	}
 	if err != nil {
 		t.Fatal(err)

@@ -19,6 +19,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/outpost-exec/outpost/engine"
+	"github.com/outpost-exec/outpost/internal/testdeps"
 	"github.com/outpost-exec/outpost/protocol"
 	"github.com/outpost-exec/outpost/sandbox"
 )
@@ -64,7 +65,7 @@ func requireUserNamespaces(t *testing.T) {
 	t.Helper()
 	requireSandbox(t)
 	if !sandbox.Probe().MountNamespaces {
-		t.Skip("this machine allows no user namespaces")
+		testdeps.Missing(t, "userns", "this machine allows no user namespaces")
 	}
 }
 

@@ -18,6 +18,7 @@ import (
 
 	"github.com/outpost-exec/outpost/cgroup"
 	"github.com/outpost-exec/outpost/engine"
+	"github.com/outpost-exec/outpost/internal/testdeps"
 	"github.com/outpost-exec/outpost/protocol"
 )
 
@@ -432,7 +433,7 @@ func TestSandboxPoolHelperIsBornInTheCommandsCgroup(t *testing.T) {
 	requireUserNamespaces(t)
 	m, err := cgroup.Open(cgroup.DefaultConfig())
 	if err != nil {
-		t.Skipf("no per-command cgroups on this machine: %v", err)
+		testdeps.Missing(t, "cgroup", "no per-command cgroups on this machine: %v", err)
 	}
 	t.Cleanup(m.Close)
 	b := engine.NewLocalBackend()

@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/outpost-exec/outpost/engine"
+	"github.com/outpost-exec/outpost/internal/testdeps"
 	"github.com/outpost-exec/outpost/pathmap"
 	"github.com/outpost-exec/outpost/protocol"
 	"github.com/outpost-exec/outpost/sandbox"
@@ -108,7 +109,7 @@ func requireSandbox(t *testing.T) {
 	t.Helper()
 	caps := sandbox.Probe()
 	if caps.LandlockABI == 0 || !caps.Seccomp {
-		t.Skipf("this machine cannot enforce the sandbox: %v", caps.Report())
+		testdeps.Missing(t, "sandbox", "this machine cannot enforce the sandbox: %v", caps.Report())
 	}
 }
 
@@ -122,7 +123,7 @@ func dirOutsideTmp(t *testing.T) string {
 	}
 	d, err := os.MkdirTemp(base, "outpost-sandbox-test")
 	if err != nil {
-		t.Skipf("no directory outside the temp dirs: %v", err)
+		t.Fatalf("no directory outside the temp dirs: %v", err)
 	}
 	t.Cleanup(func() { os.RemoveAll(d) })
 	return d
@@ -167,7 +168,7 @@ func TestSandboxSymlinkAndDotDotEscapesAreDenied(t *testing.T) {
 func TestSandboxProtectsGitInsideTheWorkspace(t *testing.T) {
 	requireSandbox(t)
 	if !sandbox.Probe().MountNamespaces {
-		t.Skip("no user namespaces: protected sub-paths are reported as not enforced")
+		testdeps.Missing(t, "userns", "no user namespaces: protected sub-paths are reported as not enforced")
 	}
 	_, sess := newTestSession(t, engine.NewLocalBackend())
 	cwd := t.TempDir()
@@ -255,7 +256,7 @@ func TestSandboxThatCannotBeEnforcedIsRefusedNotIgnored(t *testing.T) {
 func TestSandboxedRootCannotUnmountTheProtection(t *testing.T) {
 	requireSandbox(t)
 	if !sandbox.Probe().MountNamespaces {
-		t.Skip("no user namespaces")
+		testdeps.Missing(t, "userns", "no user namespaces")
 	}
 	_, sess := newTestSession(t, engine.NewLocalBackend())
 	cwd := t.TempDir()
@@ -272,7 +273,7 @@ func TestSandboxedRootCannotUnmountTheProtection(t *testing.T) {
 func TestSandboxNoneEntryHidesAPath(t *testing.T) {
 	requireSandbox(t)
 	if !sandbox.Probe().MountNamespaces {
-		t.Skip("no user namespaces")
+		testdeps.Missing(t, "userns", "no user namespaces")
 	}
 	_, sess := newTestSession(t, engine.NewLocalBackend())
 	cwd := t.TempDir()
@@ -316,7 +317,7 @@ func TestSandboxedProcessHasNoNewPrivsAndMarkers(t *testing.T) {
 func TestSandboxWorkspaceWriteAllowsTmpAndRefusesReplacingGit(t *testing.T) {
 	requireSandbox(t)
 	if !sandbox.Probe().MountNamespaces {
-		t.Skip("no user namespaces")
+		testdeps.Missing(t, "userns", "no user namespaces")
 	}
 	_, sess := newTestSession(t, engine.NewLocalBackend())
 	cwd := dirOutsideTmp(t)
@@ -362,7 +363,7 @@ func TestPathMappingTranslatesCwd(t *testing.T) {
 func TestSandboxPIDNamespaceHidesOtherProcessesAndKeepsSignals(t *testing.T) {
 	requireSandbox(t)
 	if !sandbox.Probe().MountNamespaces {
-		t.Skip("no user namespaces")
+		testdeps.Missing(t, "userns", "no user namespaces")
 	}
 	_, sess := newTestSession(t, engine.NewLocalBackend())
 	cwd := t.TempDir()

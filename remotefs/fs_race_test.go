@@ -57,7 +57,7 @@ func fsPrivateDir(t *testing.T) string {
 	}
 	dir, err := os.MkdirTemp(base, "outpost-fs-test-")
 	if err != nil {
-		t.Skip(err)
+		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
 	dir, _ = filepath.EvalSymlinks(dir)

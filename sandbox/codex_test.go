@@ -54,7 +54,7 @@ func TestCodexWorkspaceWriteMapsOntoOutpostsPolicy(t *testing.T) {
 func TestCodexProjectRootsWithoutWorkspaceRootsGrantNothing(t *testing.T) {
 	ws, err := os.MkdirTemp("/var/tmp", "codex-ws") // outside the writable /tmp
 	if err != nil {
-		t.Skip(err)
+		t.Fatal(err)
 	}
 	defer os.RemoveAll(ws)
 	raw := strings.ReplaceAll(codexWorkspaceWrite, `"workspaceRoots":["file://WS"],`, "")

@@ -18,6 +18,8 @@ import (
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/outpost-exec/outpost/internal/testdeps"
 )
 
 // Landlock is irreversible, so every scenario runs in a child: the test
@@ -218,7 +220,7 @@ func requireLandlock(t *testing.T) int {
 	t.Helper()
 	abi := LandlockABI()
 	if abi == 0 {
-		t.Skipf("Landlock unavailable on this kernel: %s", landlockUnavailableReason())
+		testdeps.Missing(t, "sandbox", "Landlock unavailable on this kernel: %s", landlockUnavailableReason())
 	}
 	return abi
 }
@@ -544,7 +546,7 @@ func TestLandlockRejectsRelativePath(t *testing.T) {
 func TestLandlockDenyTCP(t *testing.T) {
 	abi := requireLandlock(t)
 	if abi < 4 {
-		t.Skipf("Landlock ABI %d cannot restrict TCP (needs ABI 4)", abi)
+		testdeps.Missing(t, "landlock-net", "Landlock ABI %d cannot restrict TCP (needs ABI 4)", abi)
 	}
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

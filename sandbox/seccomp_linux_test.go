@@ -20,6 +20,8 @@ import (
 
 	"github.com/creack/pty"
 	"golang.org/x/sys/unix"
+
+	"github.com/outpost-exec/outpost/internal/testdeps"
 )
 
 // Installing a seccomp filter cannot be undone, so every filtered operation
@@ -390,7 +392,7 @@ func runSeccompHelper(t *testing.T, filter, op string, ho helperOpts) string {
 func requireSeccomp(t *testing.T) {
 	t.Helper()
 	if !SeccompSupported() {
-		t.Skip("seccomp filters are not supported by this kernel (SeccompSupported() == false); skipping")
+		testdeps.Missing(t, "sandbox", "seccomp filters are not supported by this kernel (SeccompSupported() == false)")
 	}
 }
 
@@ -476,7 +478,7 @@ func TestSeccompDeniesTIOCSTIAndTIOCLINUXOnPty(t *testing.T) {
 		t.Run(op, func(t *testing.T) {
 			ptmx, tty, err := pty.Open()
 			if err != nil {
-				t.Skipf("cannot open a pty: %v", err)
+				t.Fatalf("cannot open a pty: %v", err)
 			}
 			defer ptmx.Close()
 			defer tty.Close()
@@ -536,7 +538,7 @@ func TestSeccompDeniesI386CompatBypass(t *testing.T) {
 	}
 	control := runSeccompHelper(t, "none", "i386-socket", helperOpts{})
 	if control != "ok" {
-		t.Skipf("i386 compat syscalls unavailable here (unfiltered int $0x80 socket: %s)", control)
+		testdeps.Missing(t, "ia32", "i386 compat syscalls unavailable here (unfiltered int $0x80 socket: %s)", control)
 	}
 	// Even with DenyNetwork off, every non-native-arch syscall is refused.
 	expectHelper(t, "base", "i386-socket", "EPERM", helperOpts{})

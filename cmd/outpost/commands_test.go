@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/outpost-exec/outpost/internal/testdeps"
 )
 
 // Help, for the program, a group or any command, exits 0 with all of it
@@ -57,7 +59,7 @@ func TestVersionPrintsTheCommitAndDateFromTheBuildInfo(t *testing.T) {
 	// record the checkout.
 	build := exec.Command("go", "build", "-buildvcs=true", "-o", bin, ".")
 	if out, err := build.CombinedOutput(); err != nil {
-		t.Skipf("cannot build with VCS information here (not a git checkout, or no git): %v\n%s", err, out)
+		testdeps.Missing(t, "git", "cannot build with VCS information here (not a git checkout, or no git): %v\n%s", err, out)
 	}
 	bi, err := buildinfo.ReadFile(bin)
 	if err != nil {

@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/outpost-exec/outpost/internal/testdeps"
 )
 
 // generated runs `outpost ARGS...` in-process and returns its stdout.
@@ -58,7 +60,7 @@ printf '%s\n' "${COMPREPLY[@]}"`
 
 func needBash(t *testing.T) {
 	if _, err := exec.LookPath("bash"); err != nil {
-		t.Skip("bash is not installed: cannot run the bash completion script")
+		testdeps.Missing(t, "bash", "bash is not installed: cannot run the bash completion script")
 	}
 }
 
@@ -174,7 +176,7 @@ func TestManPageRendersWithoutWarnings(t *testing.T) {
 	}
 	groff, err := exec.LookPath("groff")
 	if err != nil {
-		t.Skip("groff is not installed: structure checked, rendering not")
+		testdeps.Missing(t, "groff", "groff is not installed: structure checked, rendering not")
 	}
 	cmd := exec.Command(groff, "-man", "-Tutf8", "-ww", "-z")
 	cmd.Stdin = strings.NewReader(man)
@@ -218,7 +220,7 @@ func TestZshAndFishCompletionScriptsParseAndComplete(t *testing.T) {
 	fish := writeScript(t, "outpost.fish", generated(t, "completion", "fish"))
 	t.Run("zsh", func(t *testing.T) {
 		if _, err := exec.LookPath("zsh"); err != nil {
-			t.Skip("zsh is not installed (apt-get install zsh): its script is not checked")
+			testdeps.Missing(t, "zsh", "zsh is not installed (apt-get install zsh): its script is not checked")
 		}
 		if out, err := exec.Command("zsh", "-n", zsh).CombinedOutput(); err != nil {
 			t.Fatalf("zsh -n: %v\n%s", err, out)
@@ -248,7 +250,7 @@ _outpost`
 	})
 	t.Run("fish", func(t *testing.T) {
 		if _, err := exec.LookPath("fish"); err != nil {
-			t.Skip("fish is not installed (apt-get install fish): its script is not checked")
+			testdeps.Missing(t, "fish", "fish is not installed (apt-get install fish): its script is not checked")
 		}
 		if out, err := exec.Command("fish", "-n", fish).CombinedOutput(); err != nil {
 			t.Fatalf("fish -n: %v\n%s", err, out)

@@ -29,6 +29,7 @@ import (
 	"github.com/outpost-exec/outpost/client"
 	"github.com/outpost-exec/outpost/identity"
 	"github.com/outpost-exec/outpost/internal/proctest"
+	"github.com/outpost-exec/outpost/internal/testdeps"
 	"github.com/outpost-exec/outpost/protocol"
 	"github.com/outpost-exec/outpost/sandbox"
 )
@@ -273,7 +274,7 @@ func TestDoctorReportsWhatIsEnforced(t *testing.T) {
 // executor: each command has a cgroup.
 func TestTimeoutAndExecutorShutdownReachDescendantsThatCalledSetsid(t *testing.T) {
 	if p := cgroup.ProbeMachine(); p.Unavailable != nil {
-		t.Skipf("no per-command cgroups here: %v", p.Unavailable)
+		testdeps.Missing(t, "cgroup", "no per-command cgroups here: %v", p.Unavailable)
 	}
 	url, stop := startServe(t, "--listen", "tcp://127.0.0.1:0", "--state-dir", t.TempDir(), "--terminate-grace", "200ms")
 	escape := "setsid sleep 300 </dev/null >/dev/null 2>&1 & echo $!; "
@@ -324,7 +325,7 @@ func TestTimeoutAndExecutorShutdownReachDescendantsThatCalledSetsid(t *testing.T
 
 func TestRlimitFlagsReachSandboxedCommands(t *testing.T) {
 	if err := sandbox.Probe().Check(sandbox.Policy{Mode: sandbox.ModeWorkspaceWrite}); err != nil {
-		t.Skipf("no sandbox here: %v", err)
+		testdeps.Missing(t, "sandbox", "no sandbox here: %v", err)
 	}
 	url, _ := startServe(t, "--listen", "tcp://127.0.0.1:0", "--state-dir", t.TempDir(), "--rlimit-nofile", "77", "--rlimit-fsize", "1M")
 	out, stderr, code := outpostExec(t, "", "--target", url, "--sandbox", "workspace-write", "--", "sh", "-c", "ulimit -n; ulimit -f; ulimit -c")

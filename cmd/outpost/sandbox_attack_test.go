@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/outpost-exec/outpost/internal/testdeps"
 	"github.com/outpost-exec/outpost/sandbox"
 )
 
@@ -17,10 +18,10 @@ import (
 // reach, not file permissions.
 func TestServedExecutorKeepsItsKeysAndSocketFromSandboxes(t *testing.T) {
 	if err := sandbox.Probe().Check(sandbox.Policy{Mode: sandbox.ModeWorkspaceWrite}); err != nil {
-		t.Skipf("no sandbox here: %v", err)
+		testdeps.Missing(t, "sandbox", "no sandbox here: %v", err)
 	}
 	if !sandbox.Probe().MountNamespaces {
-		t.Skip("no user namespaces here")
+		testdeps.Missing(t, "userns", "no user namespaces here")
 	}
 	short := func() string {
 		d, err := os.MkdirTemp("", "o")

@@ -13,8 +13,9 @@
 // with short election timeouts (50 ms heartbeats, 500 ms elections) so that
 // a killed leader is replaced within about a second.
 //
-// Without an etcd binary on $PATH (or /usr/bin/etcd) the test is skipped:
-// `apt-get install etcd-server` installs it.
+// Without an etcd binary on $PATH (or /usr/bin/etcd) the test is skipped,
+// or fails where OUTPOST_REQUIRE names etcd (internal/testdeps): `apt-get
+// install etcd-server` installs it.
 package etcdtest
 
 import (
@@ -35,6 +36,8 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+
+	"github.com/outpost-exec/outpost/internal/testdeps"
 )
 
 // Bounds on the waits of this package.
@@ -102,7 +105,7 @@ func Start(t testing.TB, n int) *Cluster {
 	t.Helper()
 	bin, ok := binary()
 	if !ok {
-		t.Skip("etcd not installed: apt-get install etcd-server")
+		testdeps.Missing(t, "etcd", "etcd not installed: apt-get install etcd-server")
 	}
 	if n != 1 && n != 3 {
 		t.Fatalf("etcdtest: a cluster has 1 or 3 members, not %d", n)

@@ -10,6 +10,8 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/outpost-exec/outpost/internal/testdeps"
 )
 
 // TestLinkRTT builds two namespaces joined by a link with 10 ms each way
@@ -17,7 +19,7 @@ import (
 // everything leaves no namespace behind; with and without GSO.
 func TestLinkRTT(t *testing.T) {
 	if err := Available(); err != nil {
-		t.Skipf("skipping the namespace test: it %v", err)
+		testdeps.Missing(t, "netns", "skipping the namespace test: it %v", err)
 	}
 	RemoveStale("owantest-")
 	for _, gso := range []bool{false, true} {
@@ -141,7 +143,7 @@ func testLinkRTT(t *testing.T, gso bool) {
 
 func TestRemoveStale(t *testing.T) {
 	if err := Available(); err != nil {
-		t.Skipf("skipping the namespace test: it %v", err)
+		testdeps.Missing(t, "netns", "skipping the namespace test: it %v", err)
 	}
 	// A namespace named for a pid that cannot be running (above pid_max).
 	name := "owantest-99999999-stale"
