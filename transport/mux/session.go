@@ -36,6 +36,14 @@ type Config struct {
 	// AcceptBacklog bounds streams the peer opened that AcceptStream has
 	// not returned yet; one more is reset. Default 256.
 	AcceptBacklog int
+	// AcceptBacklogBytes bounds the receive buffers of those streams
+	// together, counted as allocated (a stream's first chunk is 4 KiB when
+	// its data fits, then 64 KiB chunks): data that would take them past
+	// it resets its stream, so the backlog holds at most this much however
+	// the peer spreads its initial windows (256 streams × 256 KiB would be
+	// 64 MiB). Default 4 MiB, sixteen streams' full initial windows; at
+	// least InitialWindow.
+	AcceptBacklogBytes int64
 	// MaxStreams bounds the streams the peer may have open at once; one
 	// more is reset. Default 1024.
 	MaxStreams int
@@ -44,12 +52,13 @@ type Config struct {
 // DefaultConfig returns the defaults documented on Config.
 func DefaultConfig() Config {
 	return Config{
-		MaxStreamWindow: 16 << 20,
-		SessionBudget:   32 << 20,
-		KeepAlive:       30 * time.Second,
-		WriteTimeout:    10 * time.Second,
-		AcceptBacklog:   256,
-		MaxStreams:      1024,
+		MaxStreamWindow:    16 << 20,
+		SessionBudget:      32 << 20,
+		KeepAlive:          30 * time.Second,
+		WriteTimeout:       10 * time.Second,
+		AcceptBacklog:      256,
+		AcceptBacklogBytes: 4 << 20,
+		MaxStreams:         1024,
 	}
 }
 
@@ -73,11 +82,16 @@ func (c Config) withDefaults() (Config, error) {
 	if c.MaxStreams == 0 {
 		c.MaxStreams = d.MaxStreams
 	}
+	if c.AcceptBacklogBytes == 0 {
+		c.AcceptBacklogBytes = d.AcceptBacklogBytes
+	}
 	switch {
 	case c.MaxStreamWindow < InitialWindow || c.MaxStreamWindow > 1<<30:
 		return c, errors.New("mux: MaxStreamWindow must be between 256 KiB and 1 GiB")
 	case c.SessionBudget < 0 || c.WriteTimeout < 0 || c.AcceptBacklog < 0 || c.MaxStreams < 0:
 		return c, errors.New("mux: SessionBudget, WriteTimeout, AcceptBacklog and MaxStreams must not be negative")
+	case c.AcceptBacklogBytes < InitialWindow:
+		return c, errors.New("mux: AcceptBacklogBytes must be at least InitialWindow (256 KiB)")
 	}
 	return c, nil
 }
@@ -141,17 +155,21 @@ type Session struct {
 
 	ctrl chan ctrlFrame
 
-	openMu      sync.Mutex
-	mu          sync.Mutex
-	streams     map[uint32]*Stream
-	inbound     int    // peer-opened streams in streams
-	nextID      uint32 // ours: odd for the client, even for the server
-	lastPeerID  uint32
-	goAwaySent  bool
-	pings       map[uint32]*pending
-	pingID      uint32
-	lastRTTAt   time.Time
-	pingPending bool
+	openMu  sync.Mutex
+	mu      sync.Mutex
+	streams map[uint32]*Stream
+	inbound int // peer-opened streams in streams
+	// backlogBytes is what the streams in accept (not yet returned by
+	// AcceptStream) have allocated, ≤ cfg.AcceptBacklogBytes; each
+	// stream's share is its queuedCharge.
+	backlogBytes int64
+	nextID       uint32 // ours: odd for the client, even for the server
+	lastPeerID   uint32
+	goAwaySent   bool
+	pings        map[uint32]*pending
+	pingID       uint32
+	lastRTTAt    time.Time
+	pingPending  bool
 
 	remoteGoAway atomic.Bool
 	rtt          atomic.Int64 // smoothed, nanoseconds; 0 before the first sample
@@ -239,15 +257,56 @@ func (s *Session) OpenStream() (*Stream, error) {
 	return st, nil
 }
 
-// AcceptStream returns the next stream the peer opened.
+// AcceptStream returns the next stream the peer opened (skipping those
+// reset while they waited for their backlog's bytes).
 func (s *Session) AcceptStream() (*Stream, error) {
-	select {
-	case st := <-s.accept:
-		return st, nil
-	case <-s.closed:
-		// Streams already queued are dropped with the session.
-		return nil, ErrSessionShutdown
+	for {
+		select {
+		case st := <-s.accept:
+			s.mu.Lock()
+			s.unqueue(st)
+			refused := st.refused
+			s.mu.Unlock()
+			if refused {
+				continue
+			}
+			return st, nil
+		case <-s.closed:
+			// Streams already queued are dropped with the session.
+			return nil, ErrSessionShutdown
+		}
 	}
+}
+
+// unqueue takes st out of the backlog's accounting; s.mu is held.
+func (s *Session) unqueue(st *Stream) {
+	if st.queued {
+		st.queued = false
+		s.backlogBytes -= st.queuedCharge
+		st.queuedCharge = 0
+	}
+}
+
+// admitQueued charges the backlog for the chunks an n-byte frame will
+// allocate on st; false when st waits in the backlog and the charge does
+// not fit, and st is then marked refused (to be reset).
+func (s *Session) admitQueued(st *Stream, n uint32) bool {
+	st.mu.Lock()
+	cost := st.chunkCost(n)
+	st.mu.Unlock()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch {
+	case !st.queued:
+		return true
+	case s.backlogBytes+cost > s.cfg.AcceptBacklogBytes:
+		s.unqueue(st)
+		st.refused = true
+		return false
+	}
+	s.backlogBytes += cost
+	st.queuedCharge += cost
+	return true
 }
 
 // Accept is AcceptStream as a net.Listener's.
@@ -479,6 +538,7 @@ func (s *Session) forget(st *Stream) {
 			s.inbound--
 		}
 	}
+	s.unqueue(st)
 	s.mu.Unlock()
 }
 
@@ -707,6 +767,15 @@ func (s *Session) handleData(flags byte, id, n uint32) error {
 	if st != nil && st.finishedByPeer() {
 		return protoErr("data after FIN on stream %d", id)
 	}
+	if n > 0 && st != nil && st.inbound && !s.admitQueued(st, n) {
+		// Not accepted yet, and the backlog's bytes are spent: the
+		// stream is reset and its data dropped, as for a full backlog.
+		st.refuse()
+		if err := s.queueCtrl(ctrlFrame{typ: typeData, flags: flagRST, id: id}); err != nil {
+			return err
+		}
+		st = nil
+	}
 	if n > 0 {
 		if st == nil {
 			// Discarded as it arrives: a peer sending to a dead stream
@@ -753,6 +822,7 @@ func (s *Session) incoming(id uint32) (*Stream, error) {
 	}
 	st := newStream(s, id)
 	st.inbound = true
+	st.queued = true
 	s.streams[id] = st
 	s.inbound++
 	s.mu.Unlock()

@@ -15,11 +15,45 @@ import (
 // stream holds at most its window + 2 × chunkSize.
 const chunkSize = 64 << 10
 
+// smallChunk is the size of a stream's first chunk when its first frame
+// fits: a stream that carries a request or two, or waits in the accept
+// backlog with its first message, holds 4 KiB rather than 64.
+const smallChunk = 4 << 10
+
 var chunkPool = sync.Pool{New: func() any { b := make([]byte, chunkSize); return &b }}
 
 type chunk struct {
-	b    *[]byte
-	r, w int // unread bytes are (*b)[r:w]; the receive loop fills (*b)[w:]
+	b    *[]byte // chunkSize bytes from chunkPool, or a first chunk of smallChunk
+	r, w int     // unread bytes are (*b)[r:w]; the receive loop fills (*b)[w:]
+}
+
+func (c *chunk) full() bool { return c.w == len(*c.b) }
+
+// newChunk is the next chunk of a stream that has received received
+// bytes, for a frame with n bytes still to come.
+func newChunk(received uint64, n uint32) *chunk {
+	if received == 0 && n <= smallChunk {
+		b := make([]byte, smallChunk)
+		return &chunk{b: &b}
+	}
+	return &chunk{b: chunkPool.Get().(*[]byte)}
+}
+
+// chunkCost is what receiving an n-byte frame will allocate (st.mu held).
+func (st *Stream) chunkCost(n uint32) int64 {
+	free := 0
+	if k := len(st.chunks); k > 0 {
+		c := st.chunks[k-1]
+		free = len(*c.b) - c.w
+	}
+	if int(n) <= free {
+		return 0
+	}
+	rest := int64(int(n) - free)
+	if len(st.chunks) == 0 && st.rx.received == 0 && rest <= smallChunk {
+		return smallChunk
+	}
+	return (rest + chunkSize - 1) / chunkSize * chunkSize
 }
 
 // Stream is one bidirectional byte stream, a net.Conn. Close half-closes
@@ -28,6 +62,12 @@ type Stream struct {
 	sess    *Session
 	id      uint32
 	inbound bool
+	// queued: in the accept backlog, charged queuedCharge bytes of it;
+	// refused: reset there for want of its bytes (AcceptStream skips it).
+	// The session's mu guards the three.
+	queued       bool
+	refused      bool
+	queuedCharge int64
 
 	wmu    sync.Mutex // one Write at a time, so a Write's frames stay in order
 	sendMu sync.Mutex // one frame of this stream at a time; guards finSent
@@ -174,12 +214,14 @@ func (st *Stream) copyOut(p []byte) int {
 		k := copy(p[n:], (*c.b)[c.r:c.w])
 		c.r += k
 		n += k
-		if c.r < c.w || c.w < chunkSize {
+		if c.r < c.w || !c.full() {
 			break
 		}
 		st.chunks[0] = nil
 		st.chunks = st.chunks[1:]
-		chunkPool.Put(c.b)
+		if len(*c.b) == chunkSize {
+			chunkPool.Put(c.b)
+		}
 	}
 	return n
 }
@@ -198,11 +240,11 @@ func (st *Stream) receive(r io.Reader, n uint32) error {
 	st.mu.Unlock()
 	for n > 0 {
 		st.mu.Lock()
-		if len(st.chunks) == 0 || st.chunks[len(st.chunks)-1].w == chunkSize {
-			st.chunks = append(st.chunks, &chunk{b: chunkPool.Get().(*[]byte)})
+		if len(st.chunks) == 0 || st.chunks[len(st.chunks)-1].full() {
+			st.chunks = append(st.chunks, newChunk(st.rx.received, n))
 		}
 		c := st.chunks[len(st.chunks)-1]
-		free := (*c.b)[c.w:min(chunkSize, c.w+int(n))]
+		free := (*c.b)[c.w:min(len(*c.b), c.w+int(n))]
 		st.mu.Unlock()
 		// The reader only touches (*c.b)[c.r:c.w] and frees only full
 		// chunks, so free is ours until committed below.
@@ -259,6 +301,22 @@ func (st *Stream) resetByPeer() {
 	st.mu.Lock()
 	st.reset = true
 	st.mu.Unlock()
+	st.wake()
+	st.sess.forget(st)
+}
+
+// refuse resets a stream that waited in the accept backlog when its
+// bytes were spent: its data is dropped and nothing more is sent on it
+// but the RST the caller queues.
+func (st *Stream) refuse() {
+	st.mu.Lock()
+	st.reset = true
+	st.localFIN = true
+	st.chunks = nil
+	st.mu.Unlock()
+	st.sendMu.Lock()
+	st.finSent = true
+	st.sendMu.Unlock()
 	st.wake()
 	st.sess.forget(st)
 }
