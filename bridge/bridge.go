@@ -84,6 +84,11 @@
 // bounded buffer (client.EventBuffer) fills, and the executor slows those
 // processes down — their output waits, it is not evicted.
 //
+//   - Wrong bearer tokens: Config.MaxFailedTokens (20) from one address
+//     (IPv4, or IPv6 /64) within Config.FailureWindow (1 min), and the
+//     address is refused with HTTP 429 for the rest of the window, even
+//     with the right token (transport.WSAuth; at most
+//     admission.DefaultMaxEntries, 16,384, addresses tracked).
 //   - WebSocket connections: Config.MaxConnections (128); more are refused
 //     with HTTP 503. Each has a reader, a writer, an in-order worker, a
 //     keepalive, 256 queued replies, 64 queued in-order requests and
@@ -102,6 +107,10 @@
 //   - Detached sessions live Config.DetachedTTL (5m).
 //   - Messages: 64 MiB (protocol.MaxMessageBytes) each way; a result too
 //     large for one JSON message becomes an error, as on the executor.
+//     Partly read messages from codex: Config.MessageReadBytes (256 MiB)
+//     for all connections together, past the first 64 KiB of each
+//     (transport.ReadBudget); a message past it is dropped as it arrives
+//     and its request refused, KindExhausted.
 package bridge
 
 import (
@@ -123,6 +132,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/outpost-exec/outpost/client"
+	"github.com/outpost-exec/outpost/internal/admission"
 	"github.com/outpost-exec/outpost/internal/uuid"
 	"github.com/outpost-exec/outpost/protocol"
 	"github.com/outpost-exec/outpost/transport"
@@ -138,6 +148,8 @@ const (
 	DefaultMaxConcurrentCalls     = 32
 	DefaultPingInterval           = 30 * time.Second
 	DefaultDialTimeout            = 20 * time.Second
+	DefaultMaxFailedTokens        = admission.DefaultMaxFailures
+	DefaultFailureWindow          = admission.DefaultWindow
 )
 
 const (
@@ -195,6 +207,21 @@ type Config struct {
 	// MaxMessageBytes caps one inbound message (default
 	// protocol.MaxMessageBytes).
 	MaxMessageBytes int64
+	// MessageReadBytes bounds the partly read messages of all connections
+	// together, past the first 64 KiB of each (default 256 MiB, four
+	// messages of the largest size; at least MaxMessageBytes). Without it
+	// MaxConnections connections could each hold a message of
+	// MaxMessageBytes half sent: 8 GiB.
+	MessageReadBytes int64
+	// MaxFailedTokens wrong bearer tokens from one source address within
+	// FailureWindow make the bridge refuse that address (429) for the
+	// rest of the window (defaults 20 per minute; see transport.WSAuth for
+	// what counts). Only with a Token or TokenSHA256.
+	MaxFailedTokens int
+	FailureWindow   time.Duration
+
+	// now replaces time.Now for FailureWindow (tests).
+	now func() time.Time
 }
 
 // DefaultConfig returns the default configuration, without the Dial it
@@ -211,6 +238,9 @@ func DefaultConfig() Config {
 		PingInterval:           DefaultPingInterval,
 		DialTimeout:            DefaultDialTimeout,
 		MaxMessageBytes:        protocol.MaxMessageBytes,
+		MessageReadBytes:       transport.DefaultProcessReadBytes,
+		MaxFailedTokens:        DefaultMaxFailedTokens,
+		FailureWindow:          DefaultFailureWindow,
 	}
 }
 
@@ -230,6 +260,9 @@ func (c Config) withDefaults() Config {
 	c.PingInterval = cmp.Or(c.PingInterval, d.PingInterval)
 	c.DialTimeout = cmp.Or(c.DialTimeout, d.DialTimeout)
 	c.MaxMessageBytes = cmp.Or(c.MaxMessageBytes, d.MaxMessageBytes)
+	c.MessageReadBytes = cmp.Or(c.MessageReadBytes, d.MessageReadBytes)
+	c.MaxFailedTokens = cmp.Or(c.MaxFailedTokens, d.MaxFailedTokens)
+	c.FailureWindow = cmp.Or(c.FailureWindow, d.FailureWindow)
 	return c
 }
 
@@ -257,6 +290,12 @@ func (c Config) Validate() error {
 		return errors.New("bridge: DialTimeout must be positive")
 	case c.MaxMessageBytes < 1:
 		return errors.New("bridge: MaxMessageBytes must be at least 1")
+	case c.MessageReadBytes < c.MaxMessageBytes:
+		return errors.New("bridge: MessageReadBytes must be at least MaxMessageBytes")
+	case c.MaxFailedTokens < 1:
+		return errors.New("bridge: MaxFailedTokens must be at least 1")
+	case c.FailureWindow <= 0:
+		return errors.New("bridge: FailureWindow must be positive")
 	}
 	if err := (transport.WSAuth{Token: c.Token, TokenSHA256: c.TokenSHA256}).Validate(); err != nil {
 		return fmt.Errorf("bridge: TokenSHA256: %w", err)
@@ -272,6 +311,10 @@ type Bridge struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup // sessions ending
 	connWG sync.WaitGroup // connections being served
+	// reads bounds partly read messages (Config.MessageReadBytes).
+	reads *transport.ReadBudget
+	// auth is the upgrade check, its failure table included.
+	auth transport.WSAuth
 
 	mu       sync.Mutex
 	sessions map[string]*session
@@ -287,8 +330,13 @@ func New(cfg Config) (*Bridge, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	failures, err := admission.New(admission.Config{MaxFailures: cfg.MaxFailedTokens, Window: cfg.FailureWindow, Now: cfg.now})
+	if err != nil {
+		return nil, fmt.Errorf("bridge: %w", err)
+	}
+	auth := transport.WSAuth{Token: cfg.Token, TokenSHA256: cfg.TokenSHA256, Failures: failures}
 	ctx, cancel := context.WithCancel(context.Background())
-	return &Bridge{cfg: cfg, log: cfg.Logger, ctx: ctx, cancel: cancel, sessions: map[string]*session{}}, nil
+	return &Bridge{cfg: cfg, log: cfg.Logger, ctx: ctx, cancel: cancel, auth: auth, sessions: map[string]*session{}, reads: transport.NewReadBudget("bridge", cfg.MessageReadBytes, nil)}, nil
 }
 
 // Stats counts what the bridge holds now.
@@ -300,12 +348,15 @@ type Stats struct {
 	// Reconnects counts the upstream connections of the sessions held now
 	// that dropped and were resumed (client.Remote.Reconnects).
 	Reconnects int64
+	// TokenFailures is the table of wrong bearer tokens: addresses in it
+	// and refused now, wrong tokens recorded, 429 refusals, evictions.
+	TokenFailures admission.Stats
 }
 
 // Stats reports what the bridge holds now.
 func (b *Bridge) Stats() Stats {
 	b.mu.Lock()
-	st := Stats{Connections: b.conns, Sessions: len(b.sessions)}
+	st := Stats{Connections: b.conns, Sessions: len(b.sessions), TokenFailures: b.auth.Failures.Stats()}
 	sessions := make([]*session, 0, len(b.sessions))
 	for _, s := range b.sessions {
 		sessions = append(sessions, s)
@@ -351,7 +402,8 @@ func (b *Bridge) Close() error {
 // Handler serves codex's JSON-RPC lite over WebSocket at "/" and a
 // readiness probe at "/readyz". As on the executor, requests carrying an
 // Origin header are refused with 403 (a browser page must not reach it),
-// and with Config.Token set the upgrade needs that bearer token.
+// and with Config.Token set the upgrade needs that bearer token (an
+// address that sent Config.MaxFailedTokens wrong ones lately gets 429).
 func (b *Bridge) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
@@ -369,7 +421,7 @@ func (b *Bridge) Handler() http.Handler {
 			http.NotFound(w, r)
 			return
 		}
-		if !(transport.WSAuth{Token: b.cfg.Token, TokenSHA256: b.cfg.TokenSHA256}).Allow(w, r) {
+		if !b.auth.Allow(w, r) {
 			return
 		}
 		if !b.admit() {
@@ -1007,7 +1059,9 @@ type closeMsg struct {
 
 func (b *Bridge) serve(ws *websocket.Conn) {
 	ctx, cancel := context.WithCancel(b.ctx)
-	c := b.newConn(ctx, cancel, transport.NewJSONConn(transport.NewWSFrames(ws, b.cfg.MaxMessageBytes)))
+	frames := transport.NewWSFrames(ws, b.cfg.MaxMessageBytes)
+	frames.SetReadBudget(b.reads)
+	c := b.newConn(ctx, cancel, transport.NewJSONConn(frames))
 	c.ws = ws
 	go c.keepalive()
 	c.run()
@@ -1037,7 +1091,9 @@ func (b *Bridge) ServeStdio(ctx context.Context, r io.Reader, w io.WriteCloser) 
 		pw.CloseWithError(err)
 	}()
 	pipe := closers{w, pr}
-	c := b.newConn(cctx, cancel, transport.NewJSONConn(transport.NewLineFrames(pr, w, pipe, int(b.cfg.MaxMessageBytes))))
+	frames := transport.NewLineFrames(pr, w, pipe, int(b.cfg.MaxMessageBytes))
+	frames.SetReadBudget(b.reads)
+	c := b.newConn(cctx, cancel, transport.NewJSONConn(frames))
 	c.pipe = pipe
 	c.run()
 	return nil
@@ -1184,7 +1240,13 @@ func (c *conn) readLoop() error {
 		if err != nil {
 			var me *transport.MalformedError
 			if errors.As(err, &me) {
-				c.replyErr(transport.MalformedID, protocol.KindErrorf(protocol.KindInvalid, protocol.CodeInvalidRequest, "%v", me))
+				// A request dropped for want of read budget is answered
+				// under its own id, so codex is not left waiting.
+				kind := protocol.KindInvalid
+				if errors.Is(err, transport.ErrReadBudgetExhausted) {
+					kind = protocol.KindExhausted
+				}
+				c.replyErr(me.ReplyID(), protocol.KindErrorf(kind, protocol.CodeInvalidRequest, "%v", me))
 				continue
 			}
 			return err

@@ -114,7 +114,7 @@ func (r *Remote) recoverStart(ctx context.Context, p *Process, params protocol.E
 			go r.catchUp(p)
 			return nil
 		case protocol.KindOf(err) != protocol.KindNotFound:
-			return fmt.Errorf("%s: %w (checking whether it ran: %v)", protocol.MethodProcessStart, errTransport, err)
+			return fmt.Errorf("%s: %w (checking whether it ran: %w)", protocol.MethodProcessStart, errTransport, err)
 		case attempt == maxStartRecoveries:
 			return fmt.Errorf("%s: %w (the connection dropped under it %d times)", protocol.MethodProcessStart, errTransport, attempt+1)
 		}

@@ -170,6 +170,12 @@ func (c Config) ready() (Config, error) {
 //	outpost://HOST:PORT#fingerprint    through a relay (relay/relayclient), to Config.Executor with Config.Token
 //	outpost+ws://HOST:PORT#fingerprint the same, the relay reached over WebSocket
 //
+// A relay URL may list several relays of a cluster,
+// outpost://HOST1:PORT,HOST2:PORT#fingerprint: each connection, the first
+// and every resume, goes through the first that takes it, in the order
+// written, after the relay that took the last one; the members a relay of
+// a cluster names in its answer are tried after them (dial_relays.go).
+//
 // cfg is validated, its zero fields filled from DefaultConfig.
 func Dial(ctx context.Context, url string, cfg Config) (*Remote, error) {
 	dial, cfg, err := dialerFor(url, cfg)
@@ -272,6 +278,7 @@ func nativeDialer(u transport.URL, cfg Config) (dialFunc, error) {
 		}
 	}
 	muxCfg := cfg.Mux
+	instances := openEarlyInstances(cfg.KnownExecutors) // early data: client/early_instances.go
 	return func(ctx context.Context, route func(string, transport.Params, bool)) (*conn, error) {
 		raw, err := u.Dial(ctx)
 		if err != nil {
@@ -285,8 +292,10 @@ func nativeDialer(u transport.URL, cfg Config) (dialFunc, error) {
 			raw.Close()
 			return nil, err
 		}
+		// early data: the executor instance to name (client/early_instances.go)
+		slot := earlySlot{store: instances, addr: u.Base(), pinned: pinned, known: known}
 		c.launch = func(ctx context.Context) error {
-			return ec.launch(!cfg.NoEarlyData, func(payload []byte) (*transport.NoiseConn, error) {
+			return ec.launch(slot, !cfg.NoEarlyData, func(payload []byte) (*transport.NoiseConn, error) {
 				return handshake(ctx, raw, key, u, pinned, known, cfg.NoTOFU, cfg.OnPin, payload)
 			})
 		}
@@ -334,6 +343,11 @@ func (c Config) knownExecutors() (*identity.KnownExecutors, error) {
 // relay/connect, then — inside the spliced stream — its own handshake.
 // On first contact the executor's key comes from the relay's directory
 // and is recorded.
+//
+// Each connection is made through one relay of a list (relayCandidates,
+// dial_relays.go): the URL's addresses, the cluster's members the relays
+// name, the last relay that worked first. The key is pinned under the
+// URL as given (its Base), whichever relay carried the connection.
 func relayDialer(u transport.URL, cfg Config) (dialFunc, error) {
 	if cfg.Executor == "" {
 		return nil, errors.New("a relay URL needs the executor's id (Config.Executor)")
@@ -368,7 +382,14 @@ func relayDialer(u transport.URL, cfg Config) (dialFunc, error) {
 		return fmt.Errorf("executor %s: %w", pinAddr, err)
 	}
 	var legacyOnly atomic.Bool // the relay predates requests in its handshake
-	once := func(ctx context.Context, route func(string, transport.Params, bool)) (*conn, error) {
+	relays := newRelayCandidates(u)
+	// once connects through the relay at ru; more: other relays are left
+	// to try, so reaching this one is bounded (transport.AddrDialTimeout).
+	once := func(ctx context.Context, ru transport.URL, more bool, route func(string, transport.Params, bool)) (*conn, error) {
+		opts := relayclient.Options{Mux: muxCfg, OnConnect: relays.heard}
+		if more {
+			opts.DialTimeout = transport.AddrDialTimeout
+		}
 		exKey, fromFile := pinned, false
 		if exKey == nil {
 			if k, ok := known.Lookup(pinAddr); ok {
@@ -400,7 +421,7 @@ func relayDialer(u transport.URL, cfg Config) (dialFunc, error) {
 				}
 				return offer.Bytes(), nil
 			}
-			raw, directory, err := relayclient.ConnectEarly(ctx, u.String(), key.Keypair(), relayclient.Options{}, cfg.Executor, cfg.Token, early, first)
+			raw, directory, err := relayclient.ConnectEarly(ctx, ru.String(), key.Keypair(), opts, cfg.Executor, cfg.Token, early, first)
 			switch {
 			case err == nil:
 				inner, err := offer.Finish(ctx, raw)
@@ -415,7 +436,7 @@ func relayDialer(u transport.URL, cfg Config) (dialFunc, error) {
 				return nil, err
 			}
 		}
-		rc, err := relayclient.Dial(ctx, u.String(), key.Keypair(), relayclient.Options{Mux: muxCfg})
+		rc, err := relayclient.Dial(ctx, ru.String(), key.Keypair(), opts)
 		if err != nil {
 			return nil, err
 		}
@@ -456,13 +477,27 @@ func relayDialer(u transport.URL, cfg Config) (dialFunc, error) {
 	// connection is being made through it — a relay of a cluster killed,
 	// restarted or drained — and the next connection reaches another: a
 	// connection lost before the session exists is made again, at most
-	// relayDialAttempts times, so no new command fails for it.
+	// relayDialAttempts times, so no new command fails for it. Each
+	// attempt goes through the relays in order until one answers
+	// (nextRelay); the relay that takes the connection goes first next
+	// time.
 	return func(ctx context.Context, route func(string, transport.Params, bool)) (*conn, error) {
 		delay := relayRedialDelay
 		for attempt := 1; ; attempt++ {
-			c, err := once(ctx, route)
-			if err == nil || attempt == relayDialAttempts || !redialable(ctx, err) {
-				return c, err
+			var err error
+			cands := relays.order()
+			for i, ru := range cands {
+				var c *conn
+				if c, err = once(ctx, ru, i < len(cands)-1, route); err == nil {
+					relays.worked(ru.Addr)
+					return c, nil
+				}
+				if !nextRelay(ctx, err) {
+					break
+				}
+			}
+			if attempt == relayDialAttempts || !redialable(ctx, err) {
+				return nil, err
 			}
 			t := time.NewTimer(delay)
 			select {

@@ -33,22 +33,29 @@ func newEarlyConn(raw net.Conn) *earlyConn {
 
 // launch runs the handshake: hs gets message 1's payload (nil for none)
 // and returns the channel. The held bytes go as early data when there is
-// room for them and useEarly says so; otherwise, and whenever the executor
-// does not accept them, as records.
-func (e *earlyConn) launch(useEarly bool, hs func(payload []byte) (*transport.NoiseConn, error)) error {
+// room for them, useEarly says so and slot knows the executor's instance
+// to name; otherwise, and whenever the executor does not accept them, as
+// records. Message 2 tells slot the executor's instance for next time.
+func (e *earlyConn) launch(slot earlySlot, useEarly bool, hs func(payload []byte) (*transport.NoiseConn, error)) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	defer close(e.ready)
 	var payload []byte
 	if useEarly && len(e.held) > 0 && len(e.held) <= transport.MaxEarlyData {
-		payload = transport.EncodeEarlyData(time.Now(), e.held)
+		if inst, ok := slot.lookup(); ok {
+			payload = transport.EncodeEarlyData(time.Now(), inst, e.held)
+		}
 	}
 	nc, err := hs(payload)
 	if err != nil {
 		e.err = err
 		return err
 	}
-	if payload != nil && transport.EarlyDataWasReplayed(nc.HandshakeReply()) {
+	reply := transport.ParseEarlyReply(nc.HandshakeReply())
+	if useEarly {
+		slot.learn(nc.PeerStatic(), reply)
+	}
+	if payload != nil && reply.Status == transport.EarlyDataReplayed {
 		// A copy of this message 1 reached the executor first and its
 		// requests (a process/start) may have run: re-sending them in
 		// band could run them twice.
@@ -56,7 +63,11 @@ func (e *earlyConn) launch(useEarly bool, hs func(payload []byte) (*transport.No
 		nc.Close()
 		return e.err
 	}
-	if len(e.held) > 0 && (payload == nil || !transport.EarlyDataTaken(nc.HandshakeReply())) {
+	// Refused (EarlyDataRefused, or EarlyDataOtherInstance: the executor
+	// restarted, or another process with its key answered, and took
+	// nothing): the same bytes go as the channel's first records — a full
+	// handshake's round trip, and no error.
+	if len(e.held) > 0 && (payload == nil || reply.Status != transport.EarlyDataAccepted) {
 		if _, err := nc.Write(e.held); err != nil {
 			e.err = err
 			nc.Close()

@@ -331,7 +331,8 @@ func (r *Remote) recover(cause error) {
 		case kind == protocol.KindRefused, kind == protocol.KindNotFound:
 			// Refused, or the relay no longer knows the executor (its id
 			// was unbound): waiting changes nothing.
-			r.failAll(fmt.Errorf("%w (%v); resuming session %s was refused: %v", errTransport, cause, r.sessionID, err))
+			// The refusal's kind reaches the caller (errors.Is on both).
+			r.failAll(fmt.Errorf("%w (%v); resuming session %s was refused: %w", errTransport, cause, r.sessionID, err))
 			return
 		case isPE && pe.Code == protocol.CodeNotFound && (kind == protocol.KindUnavailable || kind == ""):
 			// The relay says the executor is offline. It may be rejoining

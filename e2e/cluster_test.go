@@ -29,6 +29,7 @@ import (
 	"time"
 
 	"github.com/outpost-exec/outpost/internal/peers"
+	"github.com/outpost-exec/outpost/internal/testdeps"
 )
 
 const (
@@ -48,14 +49,14 @@ var (
 
 func TestCluster(t *testing.T) {
 	if _, err := exec.LookPath("docker-compose"); err != nil {
-		t.Skip("docker-compose is not installed")
+		testdeps.Missing(t, "docker", "docker-compose is not installed")
 	}
 	if out, err := run(t, "", nil, "docker", "info"); err != nil {
-		t.Skipf("no Docker engine: %s", out)
+		testdeps.Missing(t, "docker", "no Docker engine: %s", out)
 	}
 	for _, b := range []string{"etcd", "etcdctl", "ldd"} {
 		if _, err := exec.LookPath(b); err != nil {
-			t.Skipf("%s is not installed (apt-get install etcd-server etcd-client)", b)
+			testdeps.Missing(t, "etcd", "%s is not installed (apt-get install etcd-server etcd-client)", b)
 		}
 	}
 	root, err := peers.RepoRoot()
@@ -743,14 +744,20 @@ func testEtcdLeaderKilled(t *testing.T, root string) {
 	}
 	// Writes after the election: a single-use token made now is redeemed
 	// once, and only once.
+	// once, and only once: by one client key (its later connects spend
+	// nothing), never by another.
 	tok, _ := c.token("--client", "--uses", "1", "--executors", "exec*")
-	env := []string{"OUTPOST_TOKEN=" + tok}
+	env := []string{"OUTPOST_TOKEN=" + tok, "XDG_CONFIG_HOME=/tmp/election-holder"}
 	if _, errOut, code := c.outpost("relay2", env, 60, "executors", "ls"); code != 0 {
 		t.Fatalf("a new single-use token via relay2: status %d: %s", code, errOut)
 	}
-	for _, r := range []string{"relay1", "relay3"} {
-		if _, errOut, code := c.outpost(r, env, 60, "executors", "ls"); code != codeRefused {
-			t.Fatalf("the used single-use token again via %s: status %d, want %d: %s", r, code, codeRefused, errOut)
+	for i, r := range []string{"relay1", "relay3"} {
+		other := []string{"OUTPOST_TOKEN=" + tok, fmt.Sprintf("XDG_CONFIG_HOME=/tmp/election-other-%d", i)}
+		if _, errOut, code := c.outpost(r, other, 60, "executors", "ls"); code != codeRefused {
+			t.Fatalf("the used single-use token again via %s, by another client: status %d, want %d: %s", r, code, codeRefused, errOut)
+		}
+		if _, errOut, code := c.outpost(r, env, 60, "executors", "ls"); code != 0 {
+			t.Fatalf("the single-use token's holder again via %s: status %d: %s", r, code, errOut)
 		}
 	}
 }
@@ -775,8 +782,13 @@ func testRelayPartitionedFromEtcd(t *testing.T, root string) {
 	}
 	t1, _ := c.token("--client", "--uses", "1", "--executors", "exec*")
 	t2, _ := c.token("--client", "--uses", "1", "--executors", "exec*")
+	// Each redemption is a new client (its own key, XDG_CONFIG_HOME): a
+	// use is spent per client key, and a key holding one reconnects free.
+	clients := 0
 	redeem := func(relay, tok string) (int, string) {
-		_, errOut, code := c.outpost(relay, []string{"OUTPOST_TOKEN=" + tok}, 90, "executors", "ls")
+		clients++
+		home := fmt.Sprintf("XDG_CONFIG_HOME=/tmp/redeem-client-%d-%d", time.Now().UnixNano(), clients)
+		_, errOut, code := c.outpost(relay, []string{"OUTPOST_TOKEN=" + tok, home}, 90, "executors", "ls")
 		return code, strings.TrimSpace(errOut)
 	}
 
@@ -842,8 +854,9 @@ func testRelayPartitionedFromEtcd(t *testing.T, root string) {
 	t.Logf("commands through the healed %s %v after the heal", p, since(healed))
 }
 
-// 4. 100 clients redeem one single-use token at once, spread over the
-// three relays: exactly one succeeds.
+// 4. 100 clients (each its own key: a use is spent per client key)
+// redeem one single-use token at once, spread over the three relays:
+// exactly one succeeds.
 func testConcurrentRedemptions(t *testing.T, root string) {
 	c := newCluster(t, root)
 	c.start()
@@ -856,7 +869,7 @@ i=0
 while [ $i -lt 100 ]; do
   r=relay$((i % 3 + 1))
   ( while [ ! -e go ]; do usleep 5000; done
-    timeout -s KILL 90 outpost executors ls --relay outpost://$r:7443#$fp --token $tok >/dev/null 2>err.$i
+    XDG_CONFIG_HOME=/tmp/redeem/home.$i timeout -s KILL 90 outpost executors ls --relay outpost://$r:7443#$fp --token $tok >/dev/null 2>err.$i
     echo "$i $r $?" >rc.$i ) &
   i=$((i+1))
 done

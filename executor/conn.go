@@ -143,7 +143,10 @@ func (c *serverConn) readLoop() error {
 		if err != nil {
 			var me *transport.MalformedError
 			if errors.As(err, &me) {
-				if !c.out.reply(outMsg{id: transport.MalformedID, err: protocol.KindErrorf(malformedKind(me), protocol.CodeInvalidRequest, "%v", me)}) {
+				// A request dropped part way (a read budget's) is
+				// answered under its own id, so its caller is not left
+				// waiting; anything else under MalformedID.
+				if !c.out.reply(outMsg{id: me.ReplyID(), err: protocol.KindErrorf(malformedKind(me), protocol.CodeInvalidRequest, "%v", me)}) {
 					return nil
 				}
 				continue
@@ -173,10 +176,13 @@ func (c *serverConn) readLoop() error {
 }
 
 // malformedKind is the kind of an undecodable message's refusal: too
-// large, or invalid.
+// large, dropped for want of read budget (exhausted), or invalid.
 func malformedKind(err error) protocol.Kind {
-	if errors.Is(err, transport.ErrMessageTooLarge) {
+	switch {
+	case errors.Is(err, transport.ErrMessageTooLarge):
 		return protocol.KindTooLarge
+	case errors.Is(err, transport.ErrReadBudgetExhausted):
+		return protocol.KindExhausted
 	}
 	return protocol.KindInvalid
 }

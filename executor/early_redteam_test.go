@@ -28,7 +28,6 @@ import (
 func TestRedteamEarlyDataRaceRunsCommandTwice(t *testing.T) {
 	key := mustKey(t)
 	srv, ln := earlyServer(t, key)
-	srv.early.floor = 0
 	pl, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -44,8 +43,20 @@ func TestRedteamEarlyDataRaceRunsCommandTwice(t *testing.T) {
 		mu.Unlock()
 	}()
 	go func() {
+		// The first connection passes (it teaches the client the
+		// executor's instance); the second, with early data, is attacked.
 		c, err := pl.Accept()
 		if err != nil {
+			return
+		}
+		if u, err := net.Dial("tcp", ln.Addr().String()); err == nil {
+			mu.Lock()
+			held = append(held, c, u)
+			mu.Unlock()
+			go io.Copy(u, c)
+			go io.Copy(c, u)
+		}
+		if c, err = pl.Accept(); err != nil {
 			return
 		}
 		mu.Lock()
@@ -88,7 +99,8 @@ func TestRedteamEarlyDataRaceRunsCommandTwice(t *testing.T) {
 	out := filepath.Join(t.TempDir(), "runs")
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	cfg := client.Config{Key: mustKey(t), KnownExecutors: filepath.Join(t.TempDir(), "known"), Pin: key.PublicKey().Fingerprint()}
+	cfg := earlyClient(t, key)
+	learnInstance(t, ctx, "tcp://"+pl.Addr().String(), cfg)
 	r, p, err := client.DialStart(ctx, "tcp://"+pl.Addr().String(), cfg, protocol.ExecParams{
 		Argv: []string{"/bin/sh", "-c", "echo ran >> " + out}, Env: map[string]string{"PATH": "/usr/bin:/bin"}})
 	if err != nil {

@@ -153,7 +153,11 @@ func (s *Server) WSHandler(ctx context.Context, cfg WSConfig) (http.Handler, err
 		connCtx, cancel := context.WithCancel(ctx)
 		defer cancel()
 		go keepalive(connCtx, c, cfg.PingInterval, cancel)
-		err = s.ServeConn(connCtx, transport.NewJSONConn(transport.NewWSFrames(c, cfg.MaxMessageBytes)))
+		// Partly read messages count against the executor's budget, as on
+		// the native transport (a WebSocket connection is one stream).
+		frames := transport.NewWSFrames(c, cfg.MaxMessageBytes)
+		frames.SetReadBudget(s.reads)
+		err = s.ServeConn(connCtx, transport.NewJSONConn(frames))
 		if err != nil && !isClosedErr(err) {
 			s.log.Debug("websocket connection ended", zap.Error(err))
 		}
@@ -245,7 +249,9 @@ func (l *WSListener) Close() error {
 // ServeStdio serves one connection over r and w, one JSON message per
 // line, until r ends.
 func (s *Server) ServeStdio(ctx context.Context, r io.Reader, w io.Writer) error {
-	err := s.ServeConn(ctx, transport.NewJSONConn(transport.NewLineFrames(r, w, nil, 0)))
+	frames := transport.NewLineFrames(r, w, nil, 0)
+	frames.SetReadBudget(s.reads)
+	err := s.ServeConn(ctx, transport.NewJSONConn(frames))
 	if errors.Is(err, io.EOF) {
 		return nil
 	}

@@ -6,6 +6,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/outpost-exec/outpost/engine"
+	"github.com/outpost-exec/outpost/internal/admission"
 )
 
 // Metrics count what the executor does, for Prometheus. A nil *Metrics
@@ -65,8 +66,14 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	}
 	blocked := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "outpost_executor_blocked_addresses",
 		Help: "Source addresses the tcp:// and unix:// listeners refuse now, for failing too many handshakes."}, m.blockedAddresses)
+	entries := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "outpost_executor_failure_table_entries",
+		Help: "Source addresses (IPv4, or IPv6 /64) with failed handshakes in their window now, over the listeners (at most 16,384 each)."},
+		func() float64 { return float64(m.failureTables().Entries) })
+	evictions := prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "outpost_executor_failure_table_evictions_total",
+		Help: "Addresses still in their failure window dropped to make room (a flood from many addresses), over the listeners."},
+		func() float64 { return float64(m.failureTables().Evictions) })
 	reg.MustRegister(m.starts, m.exits, m.denials, m.running, m.evictedChunks, m.evictedBytes, m.oomKills, m.pidsRefusals,
-		m.refusedConns, m.failedHandshakes, m.addressBlocks, m.pendingHandshakes, blocked)
+		m.refusedConns, m.failedHandshakes, m.addressBlocks, m.pendingHandshakes, blocked, entries, evictions)
 	return m
 }
 
@@ -121,6 +128,19 @@ func (m *Metrics) blockedAddresses() float64 {
 		n += g.blockedCount()
 	}
 	return float64(n)
+}
+
+// failureTables sums the watched gates' failure tables.
+func (m *Metrics) failureTables() admission.Stats {
+	m.gatesMu.Lock()
+	defer m.gatesMu.Unlock()
+	var sum admission.Stats
+	for g := range m.gates {
+		st := g.failures.Stats()
+		sum.Entries += st.Entries
+		sum.Evictions += st.Evictions
+	}
+	return sum
 }
 
 func (m *Metrics) started() {

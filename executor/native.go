@@ -19,19 +19,18 @@ package executor
 // their handshake (see handshakeGate: a new connection never waits for a
 // slot, it takes the oldest one, idle ones first); at most
 // maxFailureEntries addresses in the failure table behind
-// MaxFailedHandshakes; MuxConfig.MaxInboundStreams control streams per
+// MaxFailedHandshakes (internal/admission, shared with the relay and the
+// bridge); MuxConfig.MaxInboundStreams control streams per
 // connection (more are reset); one stream and one goroutine per followed
 // process.
 
 import (
 	"cmp"
-	"container/list"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"net"
-	"net/netip"
 	"os"
 	"strconv"
 	"sync"
@@ -44,6 +43,7 @@ import (
 
 	"github.com/outpost-exec/outpost/engine"
 	"github.com/outpost-exec/outpost/identity"
+	"github.com/outpost-exec/outpost/internal/admission"
 	"github.com/outpost-exec/outpost/protocol"
 	"github.com/outpost-exec/outpost/transport"
 )
@@ -75,6 +75,17 @@ type NativeConfig struct {
 	// Mux configures the multiplexer on every connection (default
 	// transport.DefaultMuxConfig()).
 	Mux transport.MuxConfig
+	// MaxMessageBytes bounds one message on a control stream (default
+	// protocol.MaxMessageBytes, 64 MiB: fs/writeFile carries a whole
+	// file of up to Config.MaxFileBytes, 64 MiB by default, in one);
+	// a larger one is refused (KindTooLarge). ConnectionReadBytes bounds
+	// a connection's partly read messages, all its control streams
+	// together, past the first 64 KiB of each (default 64 MiB, one
+	// message of the largest size; at least MaxMessageBytes); a message
+	// past it, or past the server's Config.MessageReadBytes, is dropped
+	// and refused (KindExhausted). See readbudget.go.
+	MaxMessageBytes     int
+	ConnectionReadBytes int64
 	// MaxConnections bounds open connections (default 1024).
 	MaxConnections int
 	// MaxHandshakes bounds connections accepted whose handshake has not
@@ -112,6 +123,8 @@ type NativeConfig struct {
 func DefaultNativeConfig() NativeConfig {
 	return NativeConfig{
 		Mux:                     transport.DefaultMuxConfig(),
+		MaxMessageBytes:         protocol.MaxMessageBytes,
+		ConnectionReadBytes:     transport.DefaultConnectionReadBytes,
 		MaxConnections:          DefaultMaxNativeConnections,
 		MaxHandshakes:           DefaultMaxHandshakes,
 		MaxHandshakesPerAddress: DefaultMaxHandshakesPerAddress,
@@ -138,6 +151,8 @@ func (c NativeConfig) withDefaults() NativeConfig {
 	c.FirstByteTimeout = cmp.Or(c.FirstByteTimeout, d.FirstByteTimeout)
 	c.MaxFailedHandshakes = cmp.Or(c.MaxFailedHandshakes, d.MaxFailedHandshakes)
 	c.FailureWindow = cmp.Or(c.FailureWindow, d.FailureWindow)
+	c.MaxMessageBytes = cmp.Or(c.MaxMessageBytes, d.MaxMessageBytes)
+	c.ConnectionReadBytes = cmp.Or(c.ConnectionReadBytes, d.ConnectionReadBytes)
 	if c.MaxHandshakes > 0 {
 		c.MaxHandshakesPerAddress = min(c.MaxHandshakesPerAddress, c.MaxHandshakes)
 	}
@@ -177,6 +192,10 @@ func (c NativeConfig) Validate() error {
 		return errors.New("executor: NativeConfig.MaxFailedHandshakes must be at least 1")
 	case c.FailureWindow <= 0:
 		return errors.New("executor: NativeConfig.FailureWindow must be positive")
+	case c.MaxMessageBytes < 1 || c.MaxMessageBytes > protocol.MaxMessageBytes:
+		return fmt.Errorf("executor: NativeConfig.MaxMessageBytes must be between 1 and %d", protocol.MaxMessageBytes)
+	case c.ConnectionReadBytes < int64(c.MaxMessageBytes):
+		return fmt.Errorf("executor: NativeConfig.ConnectionReadBytes (%d) must be at least MaxMessageBytes (%d)", c.ConnectionReadBytes, c.MaxMessageBytes)
 	}
 	return nil
 }
@@ -259,6 +278,11 @@ func (l *NativeListener) StopAccepting() error { return l.acc.StopAccepting() }
 // failing too many handshakes.
 func (l *NativeListener) BlockedAddresses() int { return l.gate.blockedCount() }
 
+// FailureStats are the counters of the listener's failure table: failed
+// handshakes recorded against addresses, refusals of blocked ones,
+// entries evicted to make room, entries now.
+func (l *NativeListener) FailureStats() admission.Stats { return l.gate.failures.Stats() }
+
 // unauthorizedError marks a client key that Authorize refused.
 type unauthorizedError struct{ err error }
 
@@ -334,16 +358,12 @@ func (r *responder) serve(ctx context.Context, c net.Conn) {
 		return nil
 	}
 	// IK message 1 may carry early data: taken as the stream's first
-	// bytes only if the strike register vouches it was never seen (early.go).
-	cfg.Reply = func() []byte {
-		var replayed bool
-		if early, replayed = r.srv.early.judge(payload); early != nil {
-			return []byte{transport.EarlyDataAccepted}
-		}
-		if replayed {
-			return []byte{transport.EarlyDataReplayed}
-		}
-		return nil
+	// bytes only if it names this executor's instance and the strike
+	// register vouches it was never seen (early.go). Message 2 says so,
+	// and names the instance for the client's next early data.
+	cfg.Reply = func() (reply []byte) {
+		early, reply = r.srv.early.answer(payload)
+		return reply
 	}
 	// HandshakeTimeout counts from accept, the silent start included.
 	hctx, cancel := context.WithDeadline(ctx, deadline)
@@ -367,7 +387,7 @@ func (r *responder) serve(ctx context.Context, c net.Conn) {
 		return
 	}
 	defer sess.Close()
-	r.srv.serveMux(ctx, sess, r.cfg.Mux.MaxInboundStreams, r.cfg.HandshakeTimeout)
+	r.srv.serveMux(ctx, sess, r.cfg.Mux.MaxInboundStreams, r.cfg.HandshakeTimeout, r.cfg.controlReads())
 }
 
 // awaitFirstByte waits until deadline for the connection's first byte
@@ -475,9 +495,11 @@ func isTimeout(err error) bool {
 const staleHandshake = time.Second
 
 // maxFailureEntries bounds the failure table (addresses with failures in
-// their current window, ~100 bytes each); when it is full, expired
-// entries go first, then the oldest window.
-const maxFailureEntries = 16384
+// their current window, ~250 bytes each); when it is full, expired
+// entries go first, then the oldest window of an address not blocked,
+// and only when every entry is blocked the oldest blocked one (see
+// internal/admission).
+const maxFailureEntries = admission.DefaultMaxEntries
 
 // Reasons, as metric labels.
 const (
@@ -560,20 +582,18 @@ func closeNow(c net.Conn) {
 	c.Close()
 }
 
-type failureEntry struct {
-	key   string
-	n     int
-	since time.Time
-}
-
 // handshakeGate admits connections to a native listener (see above).
 type handshakeGate struct {
 	maxPending, maxPerAddr int
-	maxFailed, maxEntries  int
-	window                 time.Duration
 	now                    func() time.Time
 	log                    *zap.Logger
 	metrics                *Metrics
+	// failures counts failed handshakes per address (the key a
+	// connection counts against, as an opaque admission key) and refuses
+	// an address that had MaxFailedHandshakes of them within
+	// FailureWindow; it is safe for concurrent use, and its lock is taken
+	// under mu, never the other way round.
+	failures *admission.Limiter
 	// neverBlock: failed handshakes are counted but no address is ever
 	// refused (a relayed link's, see responder).
 	neverBlock bool
@@ -585,18 +605,19 @@ type handshakeGate struct {
 	// an address leaves it with its last one, so it has at most
 	// maxPending entries of at most maxPerAddr connections.
 	addrs map[string][]*gatedConn
-	// failures indexes order, the failure entries oldest window first; at
-	// most maxEntries of them.
-	failures map[string]*list.Element
-	order    list.List
 }
 
 func newHandshakeGate(o NativeConfig, log *zap.Logger, m *Metrics) *handshakeGate {
+	failures, err := admission.New(admission.Config{
+		MaxFailures: o.MaxFailedHandshakes, Window: o.FailureWindow, MaxEntries: maxFailureEntries, Now: o.now,
+	})
+	if err != nil {
+		panic(err) // NativeConfig.Validate checked both fields; the rest are ours
+	}
 	return &handshakeGate{
 		maxPending: o.MaxHandshakes, maxPerAddr: o.MaxHandshakesPerAddress,
-		maxFailed: o.MaxFailedHandshakes, maxEntries: maxFailureEntries, window: o.FailureWindow,
-		now: o.now, log: log, metrics: m,
-		addrs: map[string][]*gatedConn{}, failures: map[string]*list.Element{},
+		now: o.now, log: log, metrics: m, failures: failures,
+		addrs: map[string][]*gatedConn{},
 	}
 }
 
@@ -605,8 +626,8 @@ func newHandshakeGate(o NativeConfig, log *zap.Logger, m *Metrics) *handshakeGat
 func (g *handshakeGate) admit(c net.Conn, key string) *gatedConn {
 	gc := &gatedConn{Conn: c, key: key, accepted: time.Now()}
 	g.mu.Lock()
-	now := g.now() // under mu, so failure windows start in order
-	if g.blockedLocked(key, now) {
+	now := g.now()
+	if !g.failures.Allow(admission.Opaque(key)) {
 		g.mu.Unlock()
 		g.metrics.refused(refusedBlocked)
 		g.log.Debug("refused a connection from a blocked address", zap.String("address", key))
@@ -627,7 +648,7 @@ func (g *handshakeGate) admit(c net.Conn, key string) *gatedConn {
 	g.removeLocked(victim)
 	victim.wasEvict = true
 	if slow {
-		g.failedLocked(victim.key, now)
+		g.strike(victim.key)
 	}
 	g.addLocked(gc)
 	g.mu.Unlock()
@@ -722,92 +743,34 @@ func (g *handshakeGate) evicted(gc *gatedConn) bool {
 // failed counts a failed handshake against an address.
 func (g *handshakeGate) failed(key, reason string) {
 	g.metrics.handshakeFailed(reason)
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	g.failedLocked(key, g.now())
+	g.strike(key)
 }
 
-func (g *handshakeGate) failedLocked(key string, now time.Time) {
+// strike records a failure of key in the failure table (unless the gate
+// never blocks), and logs and counts the one that blocks it.
+func (g *handshakeGate) strike(key string) {
 	if g.neverBlock {
 		return
 	}
-	var f *failureEntry
-	if e := g.failures[key]; e != nil {
-		f = e.Value.(*failureEntry)
-		if now.Sub(f.since) >= g.window {
-			f.n, f.since = 0, now
-			g.order.MoveToBack(e)
-		}
-	} else {
-		g.pruneLocked(now, 1)
-		f = &failureEntry{key: key, since: now}
-		g.failures[key] = g.order.PushBack(f)
-	}
-	f.n++
-	if f.n == g.maxFailed {
+	s := g.failures.Fail(admission.Opaque(key))
+	if s.Crossed {
 		g.metrics.addressBlocked()
 		g.log.Warn("refusing an address that failed too many handshakes",
-			zap.String("address", key), zap.Int("failures", f.n), zap.Duration("until", f.since.Add(g.window).Sub(now)))
+			zap.String("address", key), zap.Int("failures", s.Failures), zap.Duration("until", s.Until.Sub(g.now())))
 	}
-}
-
-// pruneLocked drops expired failure entries (the oldest windows come
-// first), and the oldest live ones while fewer than room entries are free.
-func (g *handshakeGate) pruneLocked(now time.Time, room int) {
-	for e := g.order.Front(); e != nil; e = g.order.Front() {
-		f := e.Value.(*failureEntry)
-		if len(g.failures)+room <= g.maxEntries && now.Sub(f.since) < g.window {
-			return
-		}
-		g.order.Remove(e)
-		delete(g.failures, f.key)
-	}
-}
-
-// blockedLocked reports whether key failed too many handshakes within
-// its current window.
-func (g *handshakeGate) blockedLocked(key string, now time.Time) bool {
-	e := g.failures[key]
-	if e == nil {
-		return false
-	}
-	f := e.Value.(*failureEntry)
-	if now.Sub(f.since) >= g.window {
-		g.order.Remove(e)
-		delete(g.failures, key)
-		return false
-	}
-	return f.n >= g.maxFailed
 }
 
 // blockedCount is the number of addresses refused now.
-func (g *handshakeGate) blockedCount() int {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	now := g.now()
-	n := 0
-	for e := g.order.Front(); e != nil; e = e.Next() {
-		if f := e.Value.(*failureEntry); f.n >= g.maxFailed && now.Sub(f.since) < g.window {
-			n++
-		}
-	}
-	return n
-}
+func (g *handshakeGate) blockedCount() int { return g.failures.Stats().Blocked }
 
 // addressKey is what the limits count a connection against: its IPv4
 // address; for IPv6 its /64 (one subscriber's usual allocation, so an
-// attacker cannot mint fresh addresses from its own prefix); on a Unix
-// socket the peer's uid (SO_PEERCRED).
+// attacker cannot mint fresh addresses from its own prefix), as
+// admission.NetAddrKey groups them; on a Unix socket the peer's uid
+// (SO_PEERCRED).
 func addressKey(c net.Conn) string {
-	if a, ok := c.RemoteAddr().(*net.TCPAddr); ok {
-		if ip, ok := netip.AddrFromSlice(a.IP); ok {
-			ip = ip.Unmap().WithZone("")
-			if ip.Is6() {
-				p, _ := ip.Prefix(64)
-				return p.String()
-			}
-			return ip.String()
-		}
+	if _, ok := c.RemoteAddr().(*net.TCPAddr); ok {
+		return admission.NetAddrKey(c.RemoteAddr()).String()
 	}
 	if uc, ok := c.(*net.UnixConn); ok {
 		if uid, ok := peerUID(uc); ok {
@@ -836,14 +799,15 @@ func peerUID(c *net.UnixConn) (int, bool) {
 // control stream with a session of its own. It returns when the mux
 // session ends.
 func (s *Server) ServeMux(ctx context.Context, sess *transport.MuxSession, maxStreams int) {
-	s.serveMux(ctx, sess, maxStreams, 0)
+	s.serveMux(ctx, sess, maxStreams, 0, DefaultNativeConfig().controlReads())
 }
 
 // serveMux is ServeMux that, with firstStream > 0, closes a session that
 // opens no stream within firstStream: an authenticated client that then
 // sits idle would otherwise hold one of the listener's connections for
-// good (a client opens its first stream at once).
-func (s *Server) serveMux(ctx context.Context, sess *transport.MuxSession, maxStreams int, firstStream time.Duration) {
+// good (a client opens its first stream at once). reads bounds what its
+// control streams read.
+func (s *Server) serveMux(ctx context.Context, sess *transport.MuxSession, maxStreams int, firstStream time.Duration, reads controlReads) {
 	var opened atomic.Bool
 	if firstStream > 0 {
 		t := time.AfterFunc(firstStream, func() {
@@ -858,6 +822,7 @@ func (s *Server) serveMux(ctx context.Context, sess *transport.MuxSession, maxSt
 		maxStreams = transport.DefaultMuxConfig().MaxInboundStreams
 	}
 	slots := make(chan struct{}, maxStreams)
+	budget := s.connectionReads(reads)
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	go func() {
@@ -877,7 +842,7 @@ func (s *Server) serveMux(ctx context.Context, sess *transport.MuxSession, maxSt
 		case slots <- struct{}{}:
 		default:
 			s.log.Warn("too many streams on one connection; resetting the newest", zap.Int("limit", maxStreams))
-			st.Close()
+			st.Reset() // not Close: what the client sends on it is dropped, not buffered
 			continue
 		}
 		wg.Add(1)
@@ -886,7 +851,7 @@ func (s *Server) serveMux(ctx context.Context, sess *transport.MuxSession, maxSt
 			defer func() { <-slots }()
 			defer st.Close()
 			lanes := &streamLanes{open: func() (io.ReadWriteCloser, error) { return sess.OpenStream() }, log: s.log}
-			s.serveConn(ctx, transport.NewMsgpackConn(st, 0), lanes)
+			s.serveConn(ctx, controlConn(st, reads, budget), lanes)
 		}()
 	}
 }

@@ -25,6 +25,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
 
+	"github.com/outpost-exec/outpost/internal/admission"
 	"github.com/outpost-exec/outpost/protocol"
 	"github.com/outpost-exec/outpost/transport"
 )
@@ -554,33 +555,34 @@ func TestNativeListenerLetsARealClientThroughATrickleFromItsAddress(t *testing.T
 	}
 }
 
-// The failure table stays bounded: past maxEntries, expired windows go
-// first, then the oldest live one.
+// The failure table stays bounded: past its size, expired windows go
+// first, then the oldest live one of an address not blocked (a blocked
+// address is kept; internal/admission tests the rest of the order).
 func TestHandshakeGateFailureTableIsBounded(t *testing.T) {
 	clock := newFakeClock()
 	cfg := NativeConfig{now: clock.now, MaxFailedHandshakes: 2}.withDefaults()
 	g := newHandshakeGate(cfg, zap.NewNop(), nil)
-	g.maxEntries = 3
+	small, err := admission.New(admission.Config{MaxFailures: 2, Window: cfg.FailureWindow, MaxEntries: 3, Now: clock.now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.failures = small
 	g.failed("a", failError)
 	g.failed("a", failError) // a is blocked
 	clock.advance(time.Second)
 	g.failed("b", failError)
 	g.failed("c", failError)
-	g.failed("d", failError) // full: a, the oldest, goes
-	g.mu.Lock()
-	_, hasA := g.failures["a"]
-	n := len(g.failures)
-	g.mu.Unlock()
-	if hasA || n != 3 {
-		t.Fatalf("table holds %d entries (a kept: %v), want 3 without a", n, hasA)
+	g.failed("d", failError) // full: b, the oldest not blocked, goes
+	if st := g.failures.Stats(); st.Entries != 3 || st.Evictions != 1 || g.blockedCount() != 1 {
+		t.Fatalf("table %+v, want 3 entries, 1 eviction, a still blocked", st)
+	}
+	if !g.failures.Blocked(admission.Opaque("a")) {
+		t.Fatal("the blocked address was evicted while others were not blocked")
 	}
 	clock.advance(time.Minute)
-	g.failed("e", failError) // b, c and d have expired
-	g.mu.Lock()
-	n = len(g.failures)
-	g.mu.Unlock()
-	if n != 1 {
-		t.Fatalf("table holds %d entries after the others expired, want 1", n)
+	g.failed("e", failError) // a, c and d have expired
+	if st := g.failures.Stats(); st.Entries != 1 || st.Blocked != 0 {
+		t.Fatalf("table %+v after the others expired, want 1 entry, none blocked", st)
 	}
 }
 

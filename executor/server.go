@@ -29,6 +29,7 @@
 package executor
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -48,6 +49,7 @@ import (
 	"github.com/outpost-exec/outpost/protocol"
 	"github.com/outpost-exec/outpost/remotefs"
 	"github.com/outpost-exec/outpost/sandbox"
+	"github.com/outpost-exec/outpost/transport"
 )
 
 // Config configures a Server. Start from DefaultConfig.
@@ -100,6 +102,13 @@ type Config struct {
 	MaxFileBytes int64
 	// MaxFileHandles bounds a session's open fs handles (default 64).
 	MaxFileHandles int
+	// MessageReadBytes bounds the partly read messages of every
+	// connection together, past the first 64 KiB of each (a
+	// transport.ReadBudget; default 256 MiB, four messages of the largest
+	// size; 0 selects it, else at least protocol.MaxMessageBytes, so one
+	// message of the largest size always fits). A message past it is
+	// dropped and refused (KindExhausted). See readbudget.go.
+	MessageReadBytes int64
 	// Metrics, if set, counts processes for Prometheus.
 	Metrics *Metrics
 	// TracerProvider, if set, records OpenTelemetry spans for handshakes
@@ -118,6 +127,7 @@ func DefaultConfig() Config {
 		MaxProcessesPerSession: 1024,
 		MaxFileBytes:           64 << 20,
 		MaxFileHandles:         64,
+		MessageReadBytes:       transport.DefaultProcessReadBytes,
 		DetachedTTL:            5 * time.Minute,
 		ClosedRetention:        30 * time.Second,
 		MaxConcurrentReads:     32,
@@ -162,6 +172,8 @@ func (c Config) Validate() error {
 		return errors.New("executor: ClosedRetention must be positive")
 	case c.MaxConcurrentReads < 1:
 		return errors.New("executor: MaxConcurrentReads must be at least 1")
+	case c.MessageReadBytes != 0 && c.MessageReadBytes < protocol.MaxMessageBytes:
+		return fmt.Errorf("executor: MessageReadBytes must be at least %d (or 0 for the default)", protocol.MaxMessageBytes)
 	case c.SandboxUser != nil && c.SandboxUser.UID == 0:
 		return fmt.Errorf("executor: SandboxUser: %w", sandbox.ErrRootSandboxUser)
 	case c.SandboxUser != nil && os.Geteuid() != 0 && c.SandboxUser.UID != os.Geteuid():
@@ -196,6 +208,10 @@ type Server struct {
 	mu       sync.Mutex
 	sessions map[string]*Session
 	closing  bool
+
+	// reads bounds every connection's partly read messages together
+	// (Config.MessageReadBytes).
+	reads *transport.ReadBudget
 
 	// early is the strike register of early data (early.go), one for
 	// every native listener and relay the server serves: a message 1
@@ -240,7 +256,9 @@ func NewServer(cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("executor: path mappings: %w", err)
 	}
 	files := remotefs.Config{Paths: mapper, Hidden: cfg.SandboxHidden, MaxFileBytes: cfg.MaxFileBytes, MaxFileHandles: cfg.MaxFileHandles}
-	return &Server{cfg: cfg, log: cfg.Logger, sessions: make(map[string]*Session), mapper: mapper, files: files, early: newEarlyGuard(nil)}, nil
+	cfg.MessageReadBytes = cmp.Or(cfg.MessageReadBytes, transport.DefaultProcessReadBytes)
+	reads := transport.NewReadBudget("executor", cfg.MessageReadBytes, nil)
+	return &Server{cfg: cfg, log: cfg.Logger, sessions: make(map[string]*Session), mapper: mapper, files: files, reads: reads, early: newEarlyGuard(nil)}, nil
 }
 
 // Config returns the server's configuration.

@@ -114,7 +114,17 @@ type RelayConnectParams struct {
 	ExecutorID string `json:"executorId" msgpack:"executorId"`
 	Token      string `json:"token" msgpack:"token"`
 	Early      []byte `json:"early,omitempty" msgpack:"early,omitempty"`
+	// Confirm, with Early, promises that the client's first Noise record
+	// after message 2 holds RelayConnectReady: only then does the relay
+	// spend the token's use (PROTOCOL.md 9.3). Early without it is what
+	// clients before it sent, and what a replayer of their recordings
+	// has: answered as an older relay would (an empty message 2).
+	Confirm bool `json:"confirm,omitempty" msgpack:"confirm,omitempty"`
 }
+
+// RelayConnectReady is a client's first record after a relay/connect in
+// the handshake with Early and Confirm.
+const RelayConnectReady = "outpost-connect/1"
 
 // On a data connection (relay/data), the executor's first Noise record
 // after the handshake holds RelayDataReady; from then on the connection
@@ -135,7 +145,29 @@ type RelayDataParams struct {
 // directory (a client that has not pinned it takes it from here, once).
 type RelayConnectResult struct {
 	ExecutorKey string `json:"executorKey" msgpack:"executorKey"`
+	// Verdict, in the answer to a relay/connect made in the handshake,
+	// says that the relay spends the token's use and takes the slot only
+	// once the client's first record has proven the connection fresh,
+	// and then sends one record with the outcome (a 2-byte length and a
+	// reply, as in the handshake's payload) before the connection goes
+	// raw (PROTOCOL.md 9.3).
+	Verdict bool `json:"verdict,omitempty" msgpack:"verdict,omitempty"`
+	// Cluster, optional, is what a relay of a cluster says of it: its own
+	// id and live members, as in a join answer, so that a client whose
+	// session must resume after this relay dies can resume through another
+	// member (at its outpost:// address, with the fingerprint of the URL
+	// the client was given: every member holds the cluster's key). A single
+	// relay, and one that predates the field, sends none. The answer may
+	// travel in a Noise handshake message (PROTOCOL.md section 9.3), so the
+	// relay lists only the members that fit MaxConnectClusterBytes.
+	Cluster *RelayCluster `json:"cluster,omitempty" msgpack:"cluster,omitempty"`
 }
+
+// MaxConnectClusterBytes bounds the encoded size of a connect answer's
+// Cluster (ids, addresses and their framing): the whole answer must fit a
+// handshake payload (transport.MaxHandshakePayload, 4 KiB) beside the
+// executor's key and the envelope.
+const MaxConnectClusterBytes = 3072
 
 // RelayExecutor describes a joined executor.
 type RelayExecutor struct {

@@ -45,6 +45,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
+	"github.com/outpost-exec/outpost/identity"
 	"github.com/outpost-exec/outpost/internal/backoff"
 	"github.com/outpost-exec/outpost/protocol"
 )
@@ -437,6 +438,22 @@ func (c *cluster) applyPresence(rest string, val []byte, del bool) {
 		c.presence[execID] = m
 	}
 	m[relayID] = r
+}
+
+// presentKey is the executor key another relay's presence record of id
+// names (false when the watched presence has none, or it does not parse).
+func (c *cluster) presentKey(id string) ([32]byte, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for rid, r := range c.presence[id] {
+		if rid == c.cfg.RelayID {
+			continue
+		}
+		if k, err := identity.ParsePublicKey(r.Fingerprint); err == nil {
+			return [32]byte(k), true
+		}
+	}
+	return [32]byte{}, false
 }
 
 // holders are the other relays an executor is joined to, by the watched

@@ -8,8 +8,8 @@ package relay
 // payload, and the connection then carries raw bytes — no multiplexer, no relay
 // Noise records:
 //
-//	relay/data    {executorId}                → {}            executor: a data connection
-//	relay/connect {executorId, token, early}  → {executorKey} client: spliced at once
+//	relay/data    {executorId}                          → {}                     executor: a data connection
+//	relay/connect {executorId, token, early?, confirm?} → {executorKey, verdict?} client: spliced
 //
 // A data connection is an executor's offer of a connection for its next
 // client. After message 2 the executor sends one Noise record, dataReady,
@@ -23,18 +23,15 @@ package relay
 // follows as a native connection. A spliced pair of TCP sockets is copied
 // with splice(2): the relay neither decrypts nor re-encrypts a byte.
 //
-// A client's relay/connect in message 1 must carry early: the preamble and
-// IK message 1 of its own handshake with the executor, which the relay
-// writes to the executor's side before answering. Message 1 can be
-// replayed by anyone who recorded it, but whoever replays it gets a
-// connection on which the executor has already received that client's
-// handshake: the executor's answer is readable only with the ephemeral
-// key the client made, and every record the replayer then sends fails
-// the executor's Noise. A client that does not know the executor's key
-// yet (first contact) sends relay/connect without early, takes the key from
-// the answer, and sends its handshake with the executor in its first Noise
-// record on the channel with the relay (readInnerHello), which a replayer
-// could not encrypt; then the connection goes raw.
+// A client's relay/connect in message 1 spends nothing, since message 1
+// can be replayed by anyone who recorded it: the relay checks the token
+// and answers, and redeems it only on the client's first Noise record,
+// which a replayer cannot encrypt. A client that knows the executor's key
+// sends its inner handshake in message 1 (early, with confirm) and a
+// confirmation as its first record; the relay speculates meanwhile
+// (confirm.go). One that does not (first contact) takes the key from the
+// answer and sends its inner handshake as its first record
+// (readInnerHello), and the relay answers with its verdict (spliceEarly).
 //
 // Bounds: Config.MaxDataConns idle data connections per joined executor,
 // each one goroutine (its connection's own); spliced ones count against
@@ -45,6 +42,7 @@ package relay
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"io"
 	"net"
@@ -68,16 +66,17 @@ type handshakeRequest struct {
 	reply    []byte // message 2's payload
 	answered bool   // message 2 carried reply (false: an XX handshake)
 
-	// relay/connect, admitted: its target (and slot).
-	target *clientTarget
-	client string
-	remote string
-	execID string
-	tokID  string
-	// needFirst: early was empty (the client learns the executor's key
-	// from the answer); the client's handshake with the executor comes
-	// in its first Noise record.
-	needFirst bool
+	// relay/connect, admissible (nothing spent yet): the request, its id
+	// and the executor key the answer names.
+	connect *protocol.RelayConnectParams
+	reqID   transport.ID
+	execKey [32]byte
+	client  string
+	remote  string
+	// speculative: the target opened and early written before the
+	// client's confirmation (speculate), holding a slot and one of the
+	// client key's speculations until it comes.
+	speculative *clientTarget
 
 	// relay/data, admitted so far.
 	dataFor *joined
@@ -111,29 +110,32 @@ func (s *Server) handshakeRequest(peer [32]byte, remote string, payload []byte) 
 			s.log.Info("client connect refused", zap.String("client", hr.client), zap.String("remote", remote), zap.String("outcome", "refused"), zap.String("kind", string(protocol.KindOf(perr))), zap.String("reason", perr.Message))
 			return fail(m.ID, perr)
 		}
-		hr.execID = p.ExecutorID
+		if len(p.Early) > 0 && !p.Confirm {
+			// Early without Confirm is what clients before the
+			// confirmation sent, and what a replayer of their recordings
+			// has. An empty message 2 says "an older relay": such a client
+			// takes the mux path (a full handshake), a replay gets nothing.
+			s.log.Info("client connect refused", zap.String("client", hr.client), zap.String("remote", remote), zap.String("executor", p.ExecutorID),
+				zap.String("outcome", "refused"), zap.String("reason", "early data without confirmation (an older client, or a replay); answered as an older relay"))
+			return hr
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), s.cfg.HandshakeTimeout)
-		tok, t, perr := s.openClient(ctx, p, hr.client)
-		cancel()
+		defer cancel()
+		key, tok, perr := s.admissible(ctx, p, hr.client)
 		if perr != nil {
 			s.log.Info("client connect refused", zap.String("client", hr.client), zap.String("remote", remote), zap.String("executor", p.ExecutorID),
 				zap.String("outcome", "refused"), zap.String("kind", string(protocol.KindOf(perr))), zap.String("reason", perr.Message))
 			return fail(m.ID, perr)
 		}
-		if len(p.Early) > 0 {
-			// The client's handshake with the executor goes ahead now;
-			// whatever the executor answers waits in the target's buffers
-			// until the splice starts, after message 2.
-			t.conn.SetWriteDeadline(time.Now().Add(s.cfg.HandshakeTimeout))
-			_, err := t.conn.Write(p.Early)
-			t.conn.SetWriteDeadline(time.Time{})
-			if err != nil {
-				t.release()
-				return fail(m.ID, protocol.KindErrorf(protocol.KindUnavailable, protocol.CodeNotFound, "relay/connect: executor %s is offline", p.ExecutorID))
-			}
+		hr.connect, hr.reqID, hr.execKey = &p, m.ID, key
+		if len(p.Early) == 0 {
+			// First contact: the inner handshake comes in the first
+			// record, and the verdict follows it.
+			hr.reply, _ = transport.PayloadResult(m.ID, protocol.RelayConnectResult{ExecutorKey: fingerprint(key), Verdict: true, Cluster: s.connectMembers()})
+			return hr
 		}
-		hr.target, hr.tokID, hr.needFirst = t, tok.ID, len(p.Early) == 0
-		hr.reply, _ = transport.PayloadResult(m.ID, protocol.RelayConnectResult{ExecutorKey: fingerprint(t.key)})
+		s.speculate(ctx, hr, tok.ID)
+		hr.reply, _ = transport.PayloadResult(m.ID, protocol.RelayConnectResult{ExecutorKey: fingerprint(key), Cluster: s.connectMembers()})
 		return hr
 	case protocol.MethodRelayForward:
 		var p protocol.RelayForwardParams
@@ -182,15 +184,12 @@ func (s *Server) dataAllowed(id string, peer [32]byte) (*joined, *protocol.Error
 	return j, nil
 }
 
-// abandon undoes what a request admitted when its handshake failed.
+// abandon gives back what a speculation took when the handshake failed.
 func (hr *handshakeRequest) abandon(s *Server) {
-	if hr.target != nil {
-		hr.target.release()
-		hr.target = nil
-	}
-	if hr.forward != nil {
-		s.releaseSlot(hr.forward)
-		hr.forward = nil
+	if t := hr.speculative; t != nil {
+		hr.speculative = nil
+		t.release()
+		s.endSpeculation(hr.client)
 	}
 }
 
@@ -204,7 +203,9 @@ func (s *Server) serveHandshakeRequest(ctx context.Context, nc *transport.NoiseC
 		return
 	}
 	switch {
-	case hr.target != nil:
+	case hr.connect != nil && len(hr.connect.Early) > 0:
+		s.spliceConfirmed(nc, hr)
+	case hr.connect != nil:
 		s.spliceEarly(nc, hr)
 	case hr.forward != nil:
 		s.serveForward(nc, hr)
@@ -218,18 +219,48 @@ func (s *Server) serveHandshakeRequest(ctx context.Context, nc *transport.NoiseC
 }
 
 // spliceEarly splices a client whose relay/connect came in its handshake.
+// Its first record, the start of its handshake with the executor, proves
+// the connection fresh (a replayed message 1 cannot supply it); only then
+// does the relay spend a token use and take a slot, and it says how that
+// went in one record (the verdict) before the connection goes raw.
 func (s *Server) spliceEarly(nc *transport.NoiseConn, hr *handshakeRequest) {
-	t := hr.target
+	first, err := readInnerHello(nc, s.cfg.HandshakeTimeout)
+	if err != nil {
+		// A replay ends here: counted as a failed handshake, it gets the
+		// replayer's address refused like any other failed handshake.
+		s.failedHandshakes.Add(1)
+		s.failed(remoteIP(hr.remote))
+		s.log.Debug("client sent no handshake for the executor", zap.String("client", hr.client), zap.String("remote", hr.remote), zap.Error(err))
+		return
+	}
+	p := *hr.connect
+	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.HandshakeTimeout)
+	tok, t, perr := s.openClient(ctx, p, hr.client)
+	cancel()
+	if perr == nil && t.key != hr.execKey {
+		t.release()
+		perr = protocol.KindErrorf(protocol.KindUnavailable, protocol.CodeNotFound, "relay/connect: executor %s changed key since the answer; connect again", p.ExecutorID)
+	}
+	if perr != nil {
+		s.log.Info("client connect refused", zap.String("client", hr.client), zap.String("remote", hr.remote), zap.String("executor", p.ExecutorID),
+			zap.String("outcome", "refused"), zap.String("kind", string(protocol.KindOf(perr))), zap.String("reason", perr.Message))
+		verdict, _ := transport.PayloadError(hr.reqID, perr)
+		if writeVerdict(nc, verdict, s.cfg.HandshakeTimeout) == nil {
+			nc.SetReadDeadline(time.Now().Add(replyLinger))
+			io.Copy(io.Discard, io.LimitReader(nc, 1<<16))
+		}
+		return
+	}
 	defer t.release()
-	if hr.needFirst {
-		first, err := readInnerHello(nc, s.cfg.HandshakeTimeout)
-		if err != nil {
-			s.log.Debug("client sent no handshake for the executor", zap.String("client", hr.client), zap.String("remote", hr.remote), zap.Error(err))
-			return
-		}
-		if _, err := t.conn.Write(first); err != nil {
-			return
-		}
+	verdict, _ := transport.PayloadResult(hr.reqID, protocol.Empty{})
+	if err := writeVerdict(nc, verdict, s.cfg.HandshakeTimeout); err != nil {
+		return
+	}
+	t.conn.SetWriteDeadline(time.Now().Add(s.cfg.HandshakeTimeout))
+	_, err = t.conn.Write(first)
+	t.conn.SetWriteDeadline(time.Time{})
+	if err != nil {
+		return
 	}
 	raw, err := nc.Detach()
 	if err != nil {
@@ -240,12 +271,61 @@ func (s *Server) spliceEarly(nc *transport.NoiseConn, hr *handshakeRequest) {
 			return
 		}
 	}
-	s.log.Info("client connected", zap.String("client", hr.client), zap.String("remote", hr.remote), zap.String("executor", hr.execID),
-		zap.String("outcome", "spliced"), zap.String("token_id", hr.tokID), zap.Bool("data_conn", t.data), zap.Bool("early", true), zap.String("via", t.via))
+	// The executor answers the handshake at once; a target that does not
+	// (a wedged executor, a data connection that died unseen) gives the
+	// slot back within the bound rather than holding it for the client.
+	if err := relayFirstReply(t.conn, raw.Conn, s.cfg.HandshakeTimeout); err != nil {
+		s.log.Info("client not spliced: the executor did not answer its handshake", zap.String("client", hr.client), zap.String("executor", p.ExecutorID), zap.Error(err))
+		return
+	}
+	s.log.Info("client connected", zap.String("client", hr.client), zap.String("remote", hr.remote), zap.String("executor", p.ExecutorID),
+		zap.String("outcome", "spliced"), zap.String("token_id", tok.ID), zap.Bool("data_conn", t.data), zap.Bool("early", true), zap.String("via", t.via))
+	defer s.trackClient(tok, hr.client, func() { raw.Conn.Close(); t.conn.Close() })()
 	start := time.Now()
 	n := splice(raw.Conn, t.conn)
 	s.splicedBytes.Add(n)
-	s.log.Info("client disconnected", zap.String("client", hr.client), zap.String("executor", hr.execID), zap.Uint64("bytes", n), zap.Duration("duration", time.Since(start)))
+	s.log.Info("client disconnected", zap.String("client", hr.client), zap.String("executor", p.ExecutorID), zap.Uint64("bytes", n), zap.Duration("duration", time.Since(start)))
+}
+
+// relayFirstReply waits up to timeout for the executor's first bytes on
+// target and passes them to the client: a splice starts only once the
+// executor has answered.
+func relayFirstReply(target, client net.Conn, timeout time.Duration) error {
+	target.SetReadDeadline(time.Now().Add(timeout))
+	buf := make([]byte, 512)
+	n, err := target.Read(buf)
+	target.SetReadDeadline(time.Time{})
+	if n == 0 {
+		if err == nil {
+			err = io.ErrNoProgress
+		}
+		return err
+	}
+	client.SetWriteDeadline(time.Now().Add(timeout))
+	_, werr := client.Write(buf[:n])
+	client.SetWriteDeadline(time.Time{})
+	return werr
+}
+
+// writeVerdict sends the relay's verdict on a relay/connect made in the
+// handshake: one record, a 2-byte big-endian length and the reply as a
+// handshake payload is encoded (a result, or the refusal).
+func writeVerdict(nc *transport.NoiseConn, reply []byte, timeout time.Duration) error {
+	b := make([]byte, 2, 2+len(reply))
+	binary.BigEndian.PutUint16(b, uint16(len(reply)))
+	nc.SetWriteDeadline(time.Now().Add(timeout))
+	defer nc.SetWriteDeadline(time.Time{})
+	_, err := nc.Write(append(b, reply...))
+	return err
+}
+
+// remoteIP is the address part of a remote "host:port".
+func remoteIP(remote string) string {
+	host, _, err := net.SplitHostPort(remote)
+	if err != nil {
+		return remote
+	}
+	return host
 }
 
 // errNotInnerHello: a client's first record is not the preamble and

@@ -244,7 +244,7 @@ func (c *cluster) isMember(ctx context.Context, id string) bool {
 // forwardAllowed admits a relay/forward (in a handshake's payload): the
 // initiator presented the cluster's key and names a member, not this
 // relay, and the executor is joined here with room for one more client.
-// It takes a slot (releaseSlot gives it back).
+// It takes nothing: serveForward takes the slot once confirmed.
 func (s *Server) forwardAllowed(peer [32]byte, p protocol.RelayForwardParams, remote string) (*joined, *protocol.Error) {
 	if !s.isClusterKey(peer) {
 		return nil, protocol.KindErrorf(protocol.KindRefused, protocol.CodeInvalidRequest, "relay/forward: only a relay of this cluster may forward")
@@ -255,7 +255,9 @@ func (s *Server) forwardAllowed(peer [32]byte, p protocol.RelayForwardParams, re
 		s.log.Warn("forward refused: the relay key was presented, but not by a member of the cluster", zap.String("remote", remote), zap.String("claims", p.Relay))
 		return nil, protocol.KindErrorf(protocol.KindRefused, protocol.CodeInvalidRequest, "relay/forward: %q is %v", p.Relay, errNotMember)
 	}
-	j, perr := s.takeSlot(p.ExecutorID)
+	// Nothing is taken yet: this message 1 may be a replay (serveForward
+	// takes the slot once the forwarding relay has confirmed).
+	j, perr := s.hasSlot(p.ExecutorID, slotHolder{client: p.Client, token: p.TokenID})
 	if perr == nil && j == nil {
 		perr = protocol.KindErrorf(protocol.KindUnavailable, protocol.CodeNotFound, "relay/forward: executor %s is not joined to relay %s", p.ExecutorID, s.cluster.cfg.RelayID)
 	}
@@ -269,12 +271,20 @@ var forwardReady = []byte(protocol.RelayForwardReady)
 // once the forwarding relay's first record has proved it holds the
 // handshake's keys.
 func (s *Server) serveForward(nc *transport.NoiseConn, hr *handshakeRequest) {
-	j, p := hr.forward, hr.fwd
-	defer s.releaseSlot(j)
+	p := hr.fwd
 	if err := s.awaitConfirmation(nc, forwardReady); err != nil {
 		s.log.Debug("forward not confirmed", zap.String("executor", p.ExecutorID), zap.String("remote", hr.remote), zap.Error(err))
 		return
 	}
+	h := slotHolder{client: p.Client, token: p.TokenID}
+	j, perr := s.takeSlot(p.ExecutorID, h)
+	if perr != nil || j != hr.forward {
+		if j != nil {
+			s.releaseSlot(j, h)
+		}
+		return // gone or full since message 2: the forwarding relay's client connects again
+	}
+	defer s.releaseSlot(j, h)
 	raw, err := nc.Detach()
 	if err != nil {
 		return
@@ -292,6 +302,10 @@ func (s *Server) serveForward(nc *transport.NoiseConn, hr *handshakeRequest) {
 	}
 	s.log.Info("client connected", zap.String("client", p.Client), zap.String("executor", p.ExecutorID), zap.String("via", p.Relay),
 		zap.String("outcome", "spliced"), zap.String("token_id", p.TokenID), zap.Bool("data_conn", dc != nil), zap.Bool("forwarded", true))
+	// The holder cuts it too if the token is revoked (the forwarding
+	// relay may be gone); it knows the token by id only, admitted at an
+	// unknown sequence, so it checks at the next move.
+	defer s.trackClient(Token{ID: p.TokenID}, p.Client, func() { raw.Conn.Close(); up.Close() })()
 	start := time.Now()
 	n := splice(raw.Conn, up)
 	s.splicedBytes.Add(n)

@@ -94,6 +94,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/outpost-exec/outpost/identity"
+	"github.com/outpost-exec/outpost/internal/admission"
 	"github.com/outpost-exec/outpost/protocol"
 	"github.com/outpost-exec/outpost/transport"
 )
@@ -128,10 +129,18 @@ type Config struct {
 	// MaxStreamsPerExecutor bounds the client streams spliced to one
 	// executor at a time (default 1024).
 	MaxStreamsPerExecutor int
+	// MaxStreamsPerClient and MaxStreamsPerToken bound the share of those
+	// one client key and one token may hold (defaults 256 and 512, see
+	// slots.go): one holder cannot take every slot.
+	MaxStreamsPerClient int
+	MaxStreamsPerToken  int
 	// MaxFailedHandshakes failed handshakes from one source address within
 	// FailureWindow make the relay refuse that address for the rest of the
 	// window (defaults 20 per minute), so a scanner or a brute-forcer cannot
-	// keep handshake slots busy.
+	// keep handshake slots busy. An address is an IPv4 address or an IPv6
+	// /64; at most admission.DefaultMaxEntries (16,384) are tracked, and a
+	// full table drops the oldest address not blocked, never a blocked one
+	// while others remain (internal/admission).
 	MaxFailedHandshakes int
 	FailureWindow       time.Duration
 	// LivenessTimeout is how long the joined session of an id has to answer
@@ -168,6 +177,11 @@ const (
 func relayMux() transport.MuxConfig {
 	m := transport.DefaultMuxConfig()
 	m.KeepAlive = 10 * time.Second
+	// The relay accepts one stream a session (its first request) and never
+	// another: a peer-opened stream beyond the backlog of one is reset,
+	// and what they buffer unaccepted is bounded by the mux minimum.
+	m.AcceptBacklog = 1
+	m.AcceptBacklogBytes = 256 << 10
 	return m
 }
 
@@ -182,6 +196,8 @@ func DefaultConfig() Config {
 		MaxHandshakes:         256,
 		HandshakeTimeout:      transport.DefaultHandshakeTimeout,
 		MaxStreamsPerExecutor: 1024,
+		MaxStreamsPerClient:   256,
+		MaxStreamsPerToken:    512,
 		MaxFailedHandshakes:   20,
 		FailureWindow:         time.Minute,
 		LivenessTimeout:       DefaultLivenessTimeout,
@@ -205,6 +221,8 @@ func (c Config) withDefaults() Config {
 	c.MaxHandshakes = cmp.Or(c.MaxHandshakes, d.MaxHandshakes)
 	c.HandshakeTimeout = cmp.Or(c.HandshakeTimeout, d.HandshakeTimeout)
 	c.MaxStreamsPerExecutor = cmp.Or(c.MaxStreamsPerExecutor, d.MaxStreamsPerExecutor)
+	c.MaxStreamsPerClient = cmp.Or(c.MaxStreamsPerClient, min(d.MaxStreamsPerClient, c.MaxStreamsPerExecutor))
+	c.MaxStreamsPerToken = cmp.Or(c.MaxStreamsPerToken, min(d.MaxStreamsPerToken, c.MaxStreamsPerExecutor))
 	c.MaxFailedHandshakes = cmp.Or(c.MaxFailedHandshakes, d.MaxFailedHandshakes)
 	c.FailureWindow = cmp.Or(c.FailureWindow, d.FailureWindow)
 	c.LivenessTimeout = cmp.Or(c.LivenessTimeout, d.LivenessTimeout)
@@ -236,6 +254,8 @@ func (c Config) Validate() error {
 		return errors.New("relay: HandshakeTimeout must be positive")
 	case c.MaxStreamsPerExecutor < 1:
 		return errors.New("relay: MaxStreamsPerExecutor must be at least 1")
+	case c.MaxStreamsPerClient < 1 || c.MaxStreamsPerToken < 1:
+		return errors.New("relay: MaxStreamsPerClient and MaxStreamsPerToken must be at least 1")
 	case c.MaxFailedHandshakes < 1:
 		return errors.New("relay: MaxFailedHandshakes must be at least 1")
 	case c.FailureWindow <= 0:
@@ -260,12 +280,18 @@ type Server struct {
 
 	mu        sync.Mutex
 	executors map[string]*joined
-	failures  map[string]*failureCount // by source IP
 	spliced   int                      // client streams spliced now
 	draining  bool                     // Drain was called
 	drained   chan struct{}            // closed once draining and spliced == 0
 	watching  bool                     // watchRevocations is running
-	cluster   *cluster                 // nil for a single relay
+	live      map[*liveClient]struct{} // spliced clients, for token revocation (revoke_clients.go)
+	// speculations counts, per client key, targets opened before the
+	// client confirmed its connect (confirm.go).
+	speculations map[string]int
+	cluster      *cluster // nil for a single relay
+
+	// failures counts failed handshakes by source address (its own lock).
+	failures *admission.Limiter
 
 	failedHandshakes atomic.Uint64
 	splicedBytes     atomic.Uint64
@@ -274,12 +300,8 @@ type Server struct {
 	duplicateJoins   atomic.Uint64
 	revokedJoins     atomic.Uint64
 	revokedSessions  atomic.Uint64
+	revokedClients   atomic.Uint64
 	dataSplices      atomic.Uint64
-}
-
-type failureCount struct {
-	n     int
-	since time.Time
 }
 
 type joined struct {
@@ -293,6 +315,8 @@ type joined struct {
 	mc      *transport.MsgpackConn
 	remote  string
 	streams int // spliced client streams, under Server.mu
+	// byClient and byToken count them per client key and token (slots.go).
+	byClient, byToken map[string]int
 	// Under Server.mu:
 	probe      *liveness // the ping in flight for a duplicate join, if any
 	checkedSeq uint64    // the store's revocation sequence its key was checked at
@@ -368,7 +392,11 @@ func NewServer(cfg Config) (*Server, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, log: cfg.Logger, executors: map[string]*joined{}, failures: map[string]*failureCount{}, drained: make(chan struct{})}
+	failures, err := admission.New(admission.Config{MaxFailures: cfg.MaxFailedHandshakes, Window: cfg.FailureWindow})
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{cfg: cfg, log: cfg.Logger, executors: map[string]*joined{}, failures: failures, drained: make(chan struct{})}
 	if cfg.Cluster != nil {
 		s.cluster = newCluster(s, cfg.Cluster.withDefaults())
 	}
@@ -507,33 +535,17 @@ func (l *WSListener) Close() error {
 	return err
 }
 
-// blocked reports whether ip failed too many handshakes lately.
-func (s *Server) blocked(ip string) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	f := s.failures[ip]
-	if f == nil {
-		return false
-	}
-	if time.Since(f.since) > s.cfg.FailureWindow {
-		delete(s.failures, ip)
-		return false
-	}
-	return f.n >= s.cfg.MaxFailedHandshakes
-}
+// blocked reports whether ip failed too many handshakes lately (and
+// counts the refusal).
+func (s *Server) blocked(ip string) bool { return !s.failures.Allow(admission.HostKey(ip)) }
 
+// failed counts a failed handshake against ip's address (its /64 for
+// IPv6).
 func (s *Server) failed(ip string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	f := s.failures[ip]
-	if f == nil || time.Since(f.since) > s.cfg.FailureWindow {
-		if len(s.failures) >= 100000 { // bound the table: forget everyone
-			clear(s.failures)
-		}
-		f = &failureCount{since: time.Now()}
-		s.failures[ip] = f
+	if st := s.failures.Fail(admission.HostKey(ip)); st.Crossed {
+		s.log.Warn("refusing an address that failed too many handshakes",
+			zap.String("address", admission.HostKey(ip).String()), zap.Int("failures", st.Failures), zap.Time("until", st.Until))
 	}
-	f.n++
 }
 
 func sourceIP(c net.Conn) string {
@@ -651,7 +663,7 @@ func (s *Server) serve(ctx context.Context, c net.Conn, hs chan struct{}) {
 		s.connect(ctx, ctl, mc, m, peer, c.RemoteAddr().String())
 	case protocol.MethodRelayExecutors:
 		// The answer is not a control request: maxControlFrame is no bound for it.
-		s.list(ctx, transport.NewMsgpackConn(ctl, protocol.MaxMessageBytes), m)
+		s.list(ctx, transport.NewMsgpackConn(ctl, protocol.MaxMessageBytes), m, fingerprint(peer))
 	case protocol.MethodRelayPeer:
 		if !s.isClusterKey(peer) {
 			mc.WriteError(ctx, m.ID, protocol.KindErrorf(protocol.KindRefused, protocol.CodeInvalidRequest, "relay/peer: only a relay of this cluster may open a peer link"))
@@ -749,10 +761,7 @@ func (s *Server) admit(ctx context.Context, j *joined) (holder string, err error
 			if s.cluster != nil {
 				s.cluster.joined(j.id, j.presence())
 			}
-			if !s.watching {
-				s.watching = true
-				go s.watchRevocations()
-			}
+			s.startWatchLocked()
 			s.mu.Unlock()
 			return "", nil
 		}
@@ -845,7 +854,7 @@ func (s *Server) authorizeJoin(p protocol.RelayJoinParams, peer [32]byte) (uint6
 	if p.Token == "" {
 		return 0, errJoinTokenNeeded
 	}
-	if _, err := s.redeem(TokenJoin, p.Token); err != nil {
+	if _, err := s.redeem(TokenJoin, p.Token, ""); err != nil {
 		return 0, err
 	}
 	// BindExecutor refuses a key revoked since the check; a revocation
@@ -862,7 +871,7 @@ func (s *Server) watchRevocations() {
 	defer t.Stop()
 	for range t.C {
 		s.mu.Lock()
-		if len(s.executors) == 0 {
+		if len(s.executors) == 0 && len(s.live) == 0 {
 			s.watching = false
 			s.mu.Unlock()
 			return
@@ -879,6 +888,9 @@ func (s *Server) watchRevocations() {
 func (s *Server) checkRevocations() error {
 	seq, err := s.cfg.Tokens.RevocationSeq()
 	if err != nil {
+		return err
+	}
+	if err := s.checkClientRevocations(seq); err != nil {
 		return err
 	}
 	s.mu.Lock()
@@ -985,11 +997,12 @@ func (s *Server) connect(ctx context.Context, ctl net.Conn, mc *transport.Msgpac
 		return
 	}
 	defer t.release()
-	if err := mc.WriteResult(ctx, m.ID, protocol.RelayConnectResult{ExecutorKey: fingerprint(t.key)}); err != nil {
+	if err := mc.WriteResult(ctx, m.ID, protocol.RelayConnectResult{ExecutorKey: fingerprint(t.key), Cluster: s.connectMembers()}); err != nil {
 		return
 	}
 	s.log.Info("client connected", zap.String("client", client), zap.String("remote", remote), zap.String("executor", p.ExecutorID),
 		zap.String("outcome", "spliced"), zap.String("token_id", tok.ID), zap.Bool("data_conn", t.data), zap.String("via", t.via))
+	defer s.trackClient(tok, client, func() { ctl.Close(); t.conn.Close() })()
 	start := time.Now()
 	n := splice(ctl, t.conn)
 	s.splicedBytes.Add(n)
@@ -1009,52 +1022,104 @@ type clientTarget struct {
 
 // openClient admits a relay/connect — the token, its ACL, then the
 // executor: joined here, or (in a cluster) joined to a peer — and opens
-// its target. Release the target when the splice ends.
+// its target. Release the target when the splice ends. It spends: call
+// it only for a connection the client has proven fresh (a full handshake,
+// or the first record after a handshake request).
 func (s *Server) openClient(ctx context.Context, p protocol.RelayConnectParams, client string) (Token, *clientTarget, *protocol.Error) {
 	if err := s.detached(); err != nil {
 		return Token{}, nil, protocol.KindErrorf(protocol.KindUnavailable, protocol.CodeInvalidRequest, "relay/connect: %v; connect through another relay", err)
 	}
-	tok, err := s.redeem(TokenClient, p.Token)
+	tok, err := s.redeem(TokenClient, p.Token, client)
 	if err != nil {
 		return tok, nil, protocol.KindErrorf(refusalKind(err), protocol.CodeInvalidRequest, "relay/connect: %v", err)
 	}
 	if !tok.AllowsExecutor(p.ExecutorID) {
 		return tok, nil, protocol.KindErrorf(protocol.KindRefused, protocol.CodeInvalidRequest, "relay/connect: %v: %s", ErrNotAllowed, p.ExecutorID)
 	}
-	j, perr := s.takeSlot(p.ExecutorID)
+	t, perr := s.clientTarget(ctx, p.ExecutorID, client, tok.ID)
+	return tok, t, perr
+}
+
+// clientTarget takes a slot for a client admitted on the token with id
+// tokID and opens its target: a data connection or a stream of the
+// executor joined here, or a forward to the peer relay holding it.
+func (s *Server) clientTarget(ctx context.Context, id, client, tokID string) (*clientTarget, *protocol.Error) {
+	p := protocol.RelayConnectParams{ExecutorID: id}
+	h := slotHolder{client: client, token: tokID}
+	j, perr := s.takeSlot(p.ExecutorID, h)
 	if perr != nil {
-		return tok, nil, perr
+		return nil, perr
 	}
 	if j != nil {
 		up, dc, err := s.openTarget(j)
 		if err != nil {
-			s.releaseSlot(j)
-			return tok, nil, protocol.KindErrorf(protocol.KindUnavailable, protocol.CodeNotFound, "relay/connect: executor %s is offline", p.ExecutorID)
+			s.releaseSlot(j, h)
+			return nil, protocol.KindErrorf(protocol.KindUnavailable, protocol.CodeNotFound, "relay/connect: executor %s is offline", p.ExecutorID)
 		}
-		return tok, &clientTarget{conn: up, key: j.key, data: dc != nil, release: func() {
+		return &clientTarget{conn: up, key: j.key, data: dc != nil, release: func() {
 			s.closeTarget(j, up, dc)
-			s.releaseSlot(j)
+			s.releaseSlot(j, h)
 		}}, nil
 	}
 	if s.cluster == nil {
-		return tok, nil, s.notJoined(p.ExecutorID)
+		return nil, s.notJoined(p.ExecutorID)
 	}
 	if !s.takeSplice() {
-		return tok, nil, protocol.KindErrorf(protocol.KindUnavailable, protocol.CodeInvalidRequest, "relay/connect: %v; connect again", ErrShuttingDown)
+		return nil, protocol.KindErrorf(protocol.KindUnavailable, protocol.CodeInvalidRequest, "relay/connect: %v; connect again", ErrShuttingDown)
 	}
-	st, key, via, found, err := s.cluster.forward(ctx, protocol.RelayForwardParams{ExecutorID: p.ExecutorID, Client: client, TokenID: tok.ID})
+	st, key, via, found, err := s.cluster.forward(ctx, protocol.RelayForwardParams{ExecutorID: p.ExecutorID, Client: client, TokenID: tokID})
 	if err != nil || !found {
 		s.releaseSplice()
 		if !found {
-			return tok, nil, s.notJoined(p.ExecutorID)
+			return nil, s.notJoined(p.ExecutorID)
 		}
 		s.log.Info("no peer relay took a forwarded client", zap.String("executor", p.ExecutorID), zap.Error(err))
-		return tok, nil, protocol.KindErrorf(protocol.KindUnavailable, protocol.CodeNotFound, "relay/connect: executor %s is offline", p.ExecutorID)
+		if pe, ok := errors.AsType[*protocol.Error](err); ok && pe.Kind() == protocol.KindExhausted {
+			return nil, pe // the holder's share or limit: the client should know
+		}
+		return nil, protocol.KindErrorf(protocol.KindUnavailable, protocol.CodeNotFound, "relay/connect: executor %s is offline", p.ExecutorID)
 	}
-	return tok, &clientTarget{conn: st, key: key, via: via, release: func() {
+	return &clientTarget{conn: st, key: key, via: via, release: func() {
 		st.Close()
 		s.releaseSplice()
 	}}, nil
+}
+
+// admissible is openClient's judgement without its spending: what the
+// relay answers a relay/connect in a handshake's message 1, which anyone
+// who recorded it could replay. It returns the executor's key and the
+// token as it stands.
+func (s *Server) admissible(ctx context.Context, p protocol.RelayConnectParams, client string) ([32]byte, Token, *protocol.Error) {
+	if err := s.detached(); err != nil {
+		return [32]byte{}, Token{}, protocol.KindErrorf(protocol.KindUnavailable, protocol.CodeInvalidRequest, "relay/connect: %v; connect through another relay", err)
+	}
+	tok, err := s.cfg.Tokens.Check(TokenClient, p.Token, client)
+	if err != nil {
+		s.refusedTokens.Add(1)
+		return [32]byte{}, tok, protocol.KindErrorf(refusalKind(err), protocol.CodeInvalidRequest, "relay/connect: %v", err)
+	}
+	if !tok.AllowsExecutor(p.ExecutorID) {
+		return [32]byte{}, tok, protocol.KindErrorf(protocol.KindRefused, protocol.CodeInvalidRequest, "relay/connect: %v: %s", ErrNotAllowed, p.ExecutorID)
+	}
+	j, perr := s.hasSlot(p.ExecutorID, slotHolder{client: client, token: tok.ID})
+	switch {
+	case perr != nil:
+		return [32]byte{}, tok, perr
+	case j != nil:
+		return j.key, tok, nil
+	case s.cluster == nil || len(s.cluster.holders(ctx, p.ExecutorID)) == 0:
+		return [32]byte{}, tok, s.notJoined(p.ExecutorID)
+	}
+	// The key its presence names (the holder's answer to the forward must
+	// match it), else the binding.
+	if key, ok := s.cluster.presentKey(p.ExecutorID); ok {
+		return key, tok, nil
+	}
+	key, ok, err := s.cfg.Tokens.ExecutorKey(p.ExecutorID)
+	if err != nil || !ok {
+		return [32]byte{}, tok, s.notJoined(p.ExecutorID)
+	}
+	return key, tok, nil
 }
 
 // takeSplice counts a forwarded splice (Drain waits for it); false while
@@ -1078,48 +1143,13 @@ func (s *Server) releaseSplice() {
 	s.mu.Unlock()
 }
 
-// takeSlot takes a splice slot of executor id joined here — its stream
-// limit, the relay not draining (give it back with releaseSlot). For an
-// id not joined here it returns neither (a cluster forwards the client).
-func (s *Server) takeSlot(id string) (*joined, *protocol.Error) {
-	s.mu.Lock()
-	j := s.executors[id]
-	full := j != nil && j.streams >= s.cfg.MaxStreamsPerExecutor
-	draining := s.draining
-	if j != nil && !full && !draining {
-		j.streams++
-		s.spliced++
-	}
-	s.mu.Unlock()
-	switch {
-	case draining:
-		return nil, protocol.KindErrorf(protocol.KindUnavailable, protocol.CodeInvalidRequest, "relay/connect: %v; connect again", ErrShuttingDown)
-	case j == nil:
-		return nil, nil
-	case full:
-		return nil, protocol.KindErrorf(protocol.KindExhausted, protocol.CodeInvalidRequest, "relay/connect: executor %s has %d connections, the most this relay allows", id, s.cfg.MaxStreamsPerExecutor)
-	}
-	return j, nil
-}
-
-// releaseSlot gives back a slot admitConnect took.
-func (s *Server) releaseSlot(j *joined) {
-	s.mu.Lock()
-	j.streams--
-	s.spliced--
-	if s.draining && s.spliced == 0 {
-		close(s.drained)
-	}
-	s.mu.Unlock()
-}
-
-func (s *Server) list(ctx context.Context, mc *transport.MsgpackConn, m *transport.Message) {
+func (s *Server) list(ctx context.Context, mc *transport.MsgpackConn, m *transport.Message, client string) {
 	p, perr := parseList(m)
 	if perr != nil {
 		mc.WriteError(ctx, m.ID, perr)
 		return
 	}
-	tok, err := s.redeem(TokenClient, p.Token)
+	tok, err := s.redeem(TokenClient, p.Token, client)
 	if err != nil {
 		s.log.Info("executor listing refused", zap.String("outcome", "refused"), zap.String("kind", string(refusalKind(err))), zap.Error(err))
 		mc.WriteError(ctx, m.ID, protocol.KindErrorf(refusalKind(err), protocol.CodeInvalidRequest, "relay/executors: %v", err))
@@ -1197,33 +1227,34 @@ const maxLabels = 32
 // splice copies both ways until either side ends, then closes both. It
 // returns the bytes copied in both directions.
 func splice(a, b net.Conn) uint64 {
-	done := make(chan uint64, 2)
-	cp := func(dst, src net.Conn) {
-		var n uint64
-		d, dok := dst.(*net.TCPConn)
-		sc, sok := src.(*net.TCPConn)
-		if dok && sok {
-			// Both raw sockets (a client and a data connection): io.Copy
-			// moves the bytes with splice(2), never through user space.
-			k, _ := io.Copy(d, sc)
-			n = uint64(k)
-		} else {
-			n = copyAdaptive(dst, src)
-		}
-		// A mux stream's Close only half-closes it: the other
-		// direction's Read would wait for a peer that may never close
-		// (an executor evicting an idle client's stream; the client
-		// then holding the slot). Its deadline ends it once it has
-		// drained what is buffered.
-		for _, c := range []net.Conn{dst, src} {
-			c.SetReadDeadline(time.Unix(1, 0))
-			c.Close()
-		}
-		done <- n
+	done := make(chan uint64, 1)
+	go func() { done <- spliceHalf(a, b) }()
+	return spliceHalf(b, a) + <-done
+}
+
+// spliceHalf copies src to dst until either ends, then closes both (the
+// other half then ends too), and returns the bytes it copied.
+func spliceHalf(dst, src net.Conn) uint64 {
+	var n uint64
+	d, dok := dst.(*net.TCPConn)
+	sc, sok := src.(*net.TCPConn)
+	if dok && sok {
+		// Both raw sockets (a client and a data connection): io.Copy
+		// moves the bytes with splice(2), never through user space.
+		k, _ := io.Copy(d, sc)
+		n = uint64(k)
+	} else {
+		n = copyAdaptive(dst, src)
 	}
-	go cp(a, b)
-	go cp(b, a)
-	return <-done + <-done
+	// A mux stream's Close only half-closes it: the other direction's
+	// Read would wait for a peer that may never close (an executor
+	// evicting an idle client's stream; the client then holding the
+	// slot). Its deadline ends it once it has drained what is buffered.
+	for _, c := range []net.Conn{dst, src} {
+		c.SetReadDeadline(time.Unix(1, 0))
+		c.Close()
+	}
+	return n
 }
 
 // Splice buffers: a direction starts with spliceSmallBuffer and moves to
@@ -1258,8 +1289,10 @@ func copyAdaptive(dst, src net.Conn) uint64 {
 }
 
 // redeem redeems a token, counting the outcome.
-func (s *Server) redeem(kind TokenKind, token string) (Token, error) {
-	tok, err := s.cfg.Tokens.Redeem(kind, token)
+// A client token's use is spent once per client key (Store.RedeemFor);
+// client is "" for a join token.
+func (s *Server) redeem(kind TokenKind, token, client string) (Token, error) {
+	tok, err := s.cfg.Tokens.RedeemFor(kind, token, client)
 	if err != nil {
 		s.refusedTokens.Add(1)
 	} else {
@@ -1347,8 +1380,13 @@ type Stats struct {
 	DuplicateJoins   uint64 // joins refused because the id is joined, alive, with the same key, since start
 	RevokedKeyJoins  uint64 // joins refused because the key is revoked, since start
 	RevokedSessions  uint64 // joined sessions closed because their key was revoked, since start
+	RevokedClients   uint64 // client connections closed because their token was revoked, since start
 	IdleDataConns    int    // data connections waiting for a client now (relay/data)
 	DataSplices      uint64 // clients spliced to a data connection (raw, no mux), since start
+
+	// FailureTable is the failed-handshake table: addresses in it and
+	// blocked now, failures recorded, refusals and evictions since start.
+	FailureTable admission.Stats
 
 	// A cluster's member only:
 	Clustered        bool   // a member of a cluster
@@ -1375,6 +1413,7 @@ func (s *Server) Stats() Stats {
 		DuplicateJoins:   s.duplicateJoins.Load(),
 		RevokedKeyJoins:  s.revokedJoins.Load(),
 		RevokedSessions:  s.revokedSessions.Load(),
+		RevokedClients:   s.revokedClients.Load(),
 	}
 	st.SplicedStreams = s.spliced
 	st.DataSplices = s.dataSplices.Load()
@@ -1399,11 +1438,8 @@ func (s *Server) Stats() Stats {
 		}
 		c.mu.Unlock()
 	}
-	for _, f := range s.failures {
-		if f.n >= s.cfg.MaxFailedHandshakes && time.Since(f.since) <= s.cfg.FailureWindow {
-			st.BlockedAddresses++
-		}
-	}
+	st.FailureTable = s.failures.Stats()
+	st.BlockedAddresses = st.FailureTable.Blocked
 	return st
 }
 

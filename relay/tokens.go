@@ -44,6 +44,7 @@ import (
 	"errors"
 	"fmt"
 	"path"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -70,6 +71,14 @@ type Token struct {
 	CreatedAt time.Time         //
 	ExpiresAt time.Time         // zero = never
 	Revoked   bool              //
+	// Clients is how many client keys hold its uses (tokens with a use
+	// limit; Store.RedeemFor).
+	Clients int
+	// RevocationSeq is the store's revocation sequence number when Redeem,
+	// RedeemFor or Check read it: a relay holding a connection admitted
+	// on it re-checks the token once the sequence moves past this
+	// (RevokedTokens).
+	RevocationSeq uint64
 }
 
 // Token states, as State reports them.
@@ -194,6 +203,9 @@ type tokenRecord struct {
 	CreatedAt time.Time         `json:"created_at"`
 	ExpiresAt time.Time         `json:"expires_at"`
 	Revoked   bool              `json:"revoked"`
+	// Clients are the fingerprints of the client keys that spent its uses
+	// (tokens with a use limit; Redeem).
+	Clients []string `json:"clients,omitempty"`
 }
 
 func (r *tokenRecord) token() Token {
@@ -207,6 +219,7 @@ func (r *tokenRecord) token() Token {
 		CreatedAt: r.CreatedAt,
 		ExpiresAt: r.ExpiresAt,
 		Revoked:   r.Revoked,
+		Clients:   len(r.Clients),
 	}
 }
 
@@ -311,61 +324,159 @@ func (s *Store) Create(kind TokenKind, o CreateOptions) (secret string, t Token,
 	return secret, rec.token(), nil
 }
 
+// Check reports whether secret names a usable token of the given kind
+// (not expired, not revoked, uses left, or client already holding one of
+// its uses), as Redeem would find it, and consumes nothing. The relay
+// checks in the handshake's message 1, which could be a replay, and
+// redeems only once the client has proven the handshake fresh.
+func (s *Store) Check(kind TokenKind, secret, client string) (Token, error) {
+	key, sum, err := tokenKey(secret)
+	if err != nil {
+		return Token{}, err
+	}
+	var out Token
+	err = s.view(func(tx storeTx) error {
+		rec, err := s.usableRecord(tx, key, sum, kind)
+		if err != nil {
+			return err
+		}
+		if _, err := rec.spend(client, false); err != nil {
+			return err
+		}
+		out = rec.token()
+		out.RevocationSeq, err = revocationSeq(tx)
+		return err
+	})
+	return out, err
+}
+
 // Redeem checks that secret names a usable token of the given kind (not
 // expired, not revoked, uses left) and consumes one use of it, atomically.
 // Tokens that are refused are not consumed. On etcd, any number of relays
 // may redeem at once: a use is granted by exactly one committed
 // transaction, never twice.
+//
+// RedeemFor is Redeem by a client whose key has fingerprint client: a use
+// is spent once per client key ("" spends one each time): a token of
+// --uses N admits N clients, and each of them reconnects — a resumed
+// session, the next command — without spending more while the token is
+// valid. The keys are kept in the token's record, at most
+// maxRecordedClients of them; a token whose uses exceed that spends a use
+// per connect beyond it.
 func (s *Store) Redeem(kind TokenKind, secret string) (Token, error) {
-	if len(secret) != secretLen || !strings.HasPrefix(secret, secretPrefix) {
-		return Token{}, ErrTokenUnknown
-	}
-	sum := sha256.Sum256([]byte(secret))
-	key := []byte(hex.EncodeToString(sum[:]))
+	return s.RedeemFor(kind, secret, "")
+}
 
+// RedeemFor: see Redeem.
+func (s *Store) RedeemFor(kind TokenKind, secret, client string) (Token, error) {
+	key, sum, err := tokenKey(secret)
+	if err != nil {
+		return Token{}, err
+	}
 	var out Token
-	err := s.update(func(tx storeTx) error {
-		buf, err := tx.get(bucketTokens, key)
+	if client != "" {
+		// A client that holds a use already costs a read, not a write
+		// (on etcd, a transaction and a WAL fsync saved per reconnect).
+		held := false
+		err := s.view(func(tx storeTx) error {
+			rec, err := s.usableRecord(tx, key, sum, kind)
+			if err != nil {
+				return err
+			}
+			held = rec.Uses > 0 && slices.Contains(rec.Clients, client)
+			out = rec.token()
+			out.RevocationSeq, err = revocationSeq(tx)
+			return err
+		})
+		if err != nil || held {
+			return out, err
+		}
+	}
+	err = s.update(func(tx storeTx) error {
+		rec, err := s.usableRecord(tx, key, sum, kind)
 		if err != nil {
 			return err
 		}
-		if buf == nil {
-			return ErrTokenUnknown
-		}
-		var rec tokenRecord
-		if err := json.Unmarshal(buf, &rec); err != nil {
-			return fmt.Errorf("relay: corrupt token record: %w", err)
-		}
-		if subtle.ConstantTimeCompare(rec.Hash, sum[:]) != 1 {
-			return ErrTokenUnknown
-		}
-		if rec.Kind != kind {
-			return ErrTokenKind
-		}
-		if rec.Revoked {
-			return ErrTokenRevoked
-		}
-		if !rec.ExpiresAt.IsZero() && !s.now().Before(rec.ExpiresAt) {
-			return ErrTokenExpired
-		}
-		if rec.Uses > 0 && rec.Used >= rec.Uses {
-			return ErrTokenUsedUp
-		}
-		rec.Used++
-		nb, err := json.Marshal(&rec)
+		changed, err := rec.spend(client, true)
 		if err != nil {
 			return err
 		}
-		if err := tx.put(bucketTokens, key, nb); err != nil {
-			return err
+		if changed {
+			nb, err := json.Marshal(rec)
+			if err != nil {
+				return err
+			}
+			if err := tx.put(bucketTokens, key, nb); err != nil {
+				return err
+			}
 		}
 		out = rec.token()
-		return nil
+		out.RevocationSeq, err = revocationSeq(tx)
+		return err
 	})
 	if err != nil {
 		return Token{}, err
 	}
 	return out, nil
+}
+
+// maxRecordedClients bounds the client keys a token's record remembers
+// (43 bytes each): the size of one etcd value stays far below its limit.
+const maxRecordedClients = 1024
+
+// tokenKey is the store key of secret and the secret's hash.
+func tokenKey(secret string) ([]byte, [32]byte, error) {
+	if len(secret) != secretLen || !strings.HasPrefix(secret, secretPrefix) {
+		return nil, [32]byte{}, ErrTokenUnknown
+	}
+	sum := sha256.Sum256([]byte(secret))
+	return []byte(hex.EncodeToString(sum[:])), sum, nil
+}
+
+// usableRecord reads the token at key and checks everything but its uses.
+func (s *Store) usableRecord(tx storeTx, key []byte, sum [32]byte, kind TokenKind) (*tokenRecord, error) {
+	buf, err := tx.get(bucketTokens, key)
+	if err != nil {
+		return nil, err
+	}
+	if buf == nil {
+		return nil, ErrTokenUnknown
+	}
+	var rec tokenRecord
+	if err := json.Unmarshal(buf, &rec); err != nil {
+		return nil, fmt.Errorf("relay: corrupt token record: %w", err)
+	}
+	switch {
+	case subtle.ConstantTimeCompare(rec.Hash, sum[:]) != 1:
+		return nil, ErrTokenUnknown
+	case rec.Kind != kind:
+		return nil, ErrTokenKind
+	case rec.Revoked:
+		return nil, ErrTokenRevoked
+	case !rec.ExpiresAt.IsZero() && !s.now().Before(rec.ExpiresAt):
+		return nil, ErrTokenExpired
+	}
+	return &rec, nil
+}
+
+// spend takes one of the token's uses for client (when it holds none
+// yet; do says whether to record it) and says whether the record changed.
+// A token without a use limit counts uses without recording clients.
+func (r *tokenRecord) spend(client string, do bool) (changed bool, err error) {
+	if r.Uses > 0 && client != "" && slices.Contains(r.Clients, client) {
+		return false, nil
+	}
+	if r.Uses > 0 && r.Used >= r.Uses {
+		return false, ErrTokenUsedUp
+	}
+	if !do {
+		return false, nil
+	}
+	r.Used++
+	if r.Uses > 0 && client != "" && len(r.Clients) < maxRecordedClients {
+		r.Clients = append(r.Clients, client)
+	}
+	return true, nil
 }
 
 // List returns every stored token (including expired, used-up and revoked
@@ -426,8 +537,52 @@ func (s *Store) Revoke(id string) error {
 		if err != nil {
 			return err
 		}
-		return tx.put(bucketTokens, key, nb)
+		if err := tx.put(bucketTokens, key, nb); err != nil {
+			return err
+		}
+		// The revocation sequence moves, so relays holding connections
+		// admitted on the token look again (RevokedTokens) and cut them.
+		seq, err := revocationSeq(tx)
+		if err != nil {
+			return err
+		}
+		return tx.put(bucketMeta, metaRevocationSeq, binary.BigEndian.AppendUint64(nil, seq+1))
 	})
+}
+
+// RevokedTokens reports which of the tokens with the given public ids are
+// revoked (or gone), and the revocation sequence number the answer
+// reflects. A relay asks about the tokens of its live connections when
+// the sequence moves (Revoke moves it).
+func (s *Store) RevokedTokens(ids []string) (revoked map[string]bool, seq uint64, err error) {
+	err = s.view(func(tx storeTx) error {
+		revoked = map[string]bool{}
+		var err error
+		if seq, err = revocationSeq(tx); err != nil {
+			return err
+		}
+		for _, id := range ids {
+			key, err := tx.get(bucketTokenIDs, []byte(id))
+			if err != nil {
+				return err
+			}
+			var buf []byte
+			if key != nil {
+				if buf, err = tx.get(bucketTokens, append([]byte(nil), key...)); err != nil {
+					return err
+				}
+			}
+			var rec tokenRecord
+			if buf == nil || json.Unmarshal(buf, &rec) != nil || rec.Revoked {
+				revoked[id] = true
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, 0, err
+	}
+	return revoked, seq, nil
 }
 
 // BindExecutor records that executor id uses the given public key. The first
@@ -645,8 +800,10 @@ func (s *Store) RevokeExecutor(id string) (Revocation, error) {
 	return rev, nil
 }
 
-// RevocationSeq is the number of revocations so far: a relay that saw it
-// move re-checks the keys of its joined executors (RevokedKeys).
+// RevocationSeq is the number of revocations so far (executor keys and
+// tokens): a relay that saw it move re-checks the keys of its joined
+// executors (RevokedKeys) and the tokens of its live connections
+// (RevokedTokens).
 func (s *Store) RevocationSeq() (uint64, error) {
 	var seq uint64
 	err := s.view(func(tx storeTx) (err error) {

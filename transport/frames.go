@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"sync"
 
 	"github.com/coder/websocket"
@@ -19,7 +20,9 @@ import (
 type WSFrames struct {
 	conn     *websocket.Conn
 	maxBytes int64
-	buf      []byte // reused by ReadFrame
+	buf      []byte // the first FreeFrameBytes of every message; reused
+	budget   *ReadBudget
+	big      frameBuffer // the last message, when longer than buf
 }
 
 // NewWSFrames wraps an accepted or dialled WebSocket. Messages over
@@ -33,45 +36,83 @@ func NewWSFrames(c *websocket.Conn, maxBytes int64) *WSFrames {
 	return &WSFrames{conn: c, maxBytes: maxBytes}
 }
 
+// SetReadBudget makes ReadFrame reserve from b a message's bytes past
+// FreeFrameBytes as they arrive (readbudget.go), until the next ReadFrame
+// (a JSONConn releases them as soon as it has decoded the message). A
+// message the budget cannot hold is freed and the rest of it discarded
+// as it arrives; ReadFrame returns a *ReadBudgetError. Call it before the
+// first ReadFrame; nil (the default) reserves nothing.
+func (w *WSFrames) SetReadBudget(b *ReadBudget) { w.budget = b }
+
 // ReadFrame reads one message. The frame is valid until the next call.
+// The first FreeFrameBytes of a message are read into a buffer the
+// WSFrames keeps; a longer message goes to a buffer of its own, grown as
+// it arrives and dropped afterwards.
 func (w *WSFrames) ReadFrame(ctx context.Context) ([]byte, error) {
+	w.releaseFrame()
+	w.big.b = nil
 	_, r, err := w.conn.Reader(ctx)
 	if err != nil {
 		return nil, err
 	}
 	if w.buf == nil {
-		w.buf = make([]byte, 64<<10)
+		w.buf = make([]byte, FreeFrameBytes)
 	}
-	n := 0
-	for {
-		if n == len(w.buf) {
-			if int64(n) > w.maxBytes {
-				if _, err := io.Copy(io.Discard, r); err != nil {
-					return nil, err
+	limit := int(min(w.maxBytes, math.MaxInt-1)) + 1 // one byte past the limit proves it is over
+	first, done, err := readMessagePart(r, w.buf[:min(len(w.buf), limit)])
+	if err != nil {
+		return nil, err
+	}
+	if done {
+		return first, nil
+	}
+	if len(first) < limit {
+		// Longer than buf: the rest into a buffer of its own.
+		fb := frameBuffer{budget: w.budget, b: first}
+		for len(fb.b) < limit {
+			if err := fb.grow(len(fb.b)+1, limit); err != nil {
+				fb.drop()
+				if _, derr := io.Copy(io.Discard, r); derr != nil {
+					return nil, derr
 				}
-				return nil, fmt.Errorf("%w of %d bytes", ErrMessageTooLarge, w.maxBytes)
+				return nil, &droppedFrameError{err: err, head: w.buf}
 			}
-			grow := min(int64(len(w.buf)), w.maxBytes+1-int64(n))
-			w.buf = append(w.buf, make([]byte, grow)...)
+			var part []byte
+			part, done, err = readMessagePart(r, fb.b[len(fb.b):cap(fb.b)])
+			if err != nil {
+				fb.drop()
+				return nil, err
+			}
+			fb.b = fb.b[:len(fb.b)+len(part)]
+			if done {
+				w.big = fb
+				return fb.b, nil
+			}
 		}
-		m, err := r.Read(w.buf[n:])
-		n += m
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			return nil, err
-		}
+		fb.drop()
 	}
-	if int64(n) > w.maxBytes {
-		return nil, fmt.Errorf("%w of %d bytes", ErrMessageTooLarge, w.maxBytes)
+	if _, err := io.Copy(io.Discard, r); err != nil {
+		return nil, err
 	}
-	frame := w.buf[:n]
-	if cap(w.buf) > 1<<20 {
-		w.buf = nil // do not pin a huge buffer after one huge message
-	}
-	return frame, nil
+	return nil, fmt.Errorf("%w of %d bytes", ErrMessageTooLarge, w.maxBytes)
 }
+
+// readMessagePart fills p from a message reader; done says the message
+// ended (within p, or exactly at its end, which is only known later).
+func readMessagePart(r io.Reader, p []byte) (got []byte, done bool, err error) {
+	n, err := io.ReadFull(r, p)
+	switch err {
+	case nil:
+		return p[:n], false, nil
+	case io.EOF, io.ErrUnexpectedEOF:
+		return p[:n], true, nil
+	}
+	return nil, false, err
+}
+
+func (w *WSFrames) frameOwned() bool { return w.big.b != nil }
+
+func (w *WSFrames) releaseFrame() { w.big.release() }
 
 // WriteFrame sends one text message.
 func (w *WSFrames) WriteFrame(ctx context.Context, b []byte) error {
@@ -95,6 +136,8 @@ type LineFrames struct {
 	maxBytes int
 	mu       sync.Mutex
 	buf      []byte
+	budget   *ReadBudget
+	big      frameBuffer // the last line, when longer than the reader's buffer
 }
 
 // NewLineFrames reads lines from r and writes lines to w. closer, if not
@@ -103,8 +146,16 @@ func NewLineFrames(r io.Reader, w io.Writer, closer io.Closer, maxBytes int) *Li
 	if maxBytes <= 0 {
 		maxBytes = protocol.MaxMessageBytes
 	}
-	return &LineFrames{r: bufio.NewReaderSize(r, 64<<10), w: w, closer: closer, maxBytes: maxBytes}
+	return &LineFrames{r: bufio.NewReaderSize(r, FreeFrameBytes), w: w, closer: closer, maxBytes: maxBytes}
 }
+
+// SetReadBudget makes ReadFrame reserve from b a line's bytes past
+// FreeFrameBytes as they arrive, until the next ReadFrame (a JSONConn
+// releases them once it has decoded the message). A line the budget
+// cannot hold is freed and the rest of it discarded as it arrives;
+// ReadFrame returns a *ReadBudgetError. Call it before the first
+// ReadFrame; nil (the default) reserves nothing.
+func (l *LineFrames) SetReadBudget(b *ReadBudget) { l.budget = b }
 
 // ReadFrame reads the next non-blank line, without its "\n" or "\r\n".
 // The context is not consulted: the read ends when the input does.
@@ -120,18 +171,40 @@ func (l *LineFrames) ReadFrame(ctx context.Context) ([]byte, error) {
 	}
 }
 
+// frameOwned: every line is in memory of its own.
+func (l *LineFrames) frameOwned() bool { return true }
+
+func (l *LineFrames) releaseFrame() { l.big.release() }
+
+// readLine reads one line. A line that fits the reader's buffer is
+// returned from it; a longer one is gathered in a buffer of its own.
 func (l *LineFrames) readLine() ([]byte, error) {
+	l.releaseFrame()
+	l.big = frameBuffer{budget: l.budget}
 	var line []byte
-	tooLarge := false
+	var refused error // ErrMessageTooLarge or the budget's: the rest is discarded
+	var head []byte
 	for {
 		part, err := l.r.ReadSlice('\n')
-		if !tooLarge {
-			// +2: room for the "\r\n" cut below.
-			if len(line)+len(part) > l.maxBytes+2 {
-				tooLarge, line = true, nil
-			} else {
-				line = append(line, part...)
+		switch {
+		case refused != nil:
+		case len(l.big.b)+len(part) > l.maxBytes+2: // +2: room for the "\r\n" cut below
+			refused = ErrMessageTooLarge
+			l.big.drop()
+		case err == nil && l.big.b == nil:
+			// The whole line was in the reader's buffer (at most
+			// FreeFrameBytes): copied, as ReadSlice's result is only
+			// valid until the next read.
+			line = append([]byte(nil), part...)
+		default:
+			if gerr := l.big.grow(len(l.big.b)+len(part), l.maxBytes+2); gerr != nil {
+				refused = gerr
+				head = bytes.Clone(l.big.b[:min(len(l.big.b), FreeFrameBytes)])
+				l.big.drop()
+				break
 			}
+			l.big.b = append(l.big.b, part...)
+			line = l.big.b
 		}
 		if err == nil {
 			break
@@ -139,15 +212,20 @@ func (l *LineFrames) readLine() ([]byte, error) {
 		if errors.Is(err, bufio.ErrBufferFull) {
 			continue
 		}
-		if err == io.EOF && (len(line) > 0 || tooLarge) {
+		if err == io.EOF && (len(line) > 0 || refused != nil) {
 			break // the last line has no newline
 		}
+		l.big.drop()
 		return nil, err
 	}
 	line = bytes.TrimSuffix(line, []byte{'\n'})
 	line = bytes.TrimSuffix(line, []byte{'\r'})
-	if tooLarge || len(line) > l.maxBytes {
+	switch {
+	case refused == ErrMessageTooLarge, len(line) > l.maxBytes:
+		l.big.drop()
 		return nil, fmt.Errorf("%w of %d bytes", ErrMessageTooLarge, l.maxBytes)
+	case refused != nil:
+		return nil, &droppedFrameError{err: refused, head: head}
 	}
 	return line, nil
 }

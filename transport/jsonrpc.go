@@ -39,6 +39,25 @@ type Frames interface {
 	Close() error
 }
 
+// budgetedFrames is Frames that hold a large frame in memory of its own,
+// reserved from a ReadBudget (WSFrames, LineFrames): JSONConn hands the
+// reservation back as soon as it has decoded the message, and needs no
+// copy of a frame no later read reuses.
+type budgetedFrames interface {
+	frameOwned() bool
+	releaseFrame()
+}
+
+// droppedFrameError is a frame a ReadBudget could not hold, with its
+// first bytes (valid until the next read), where a request's id is.
+type droppedFrameError struct {
+	err  error
+	head []byte
+}
+
+func (e *droppedFrameError) Error() string { return e.err.Error() }
+func (e *droppedFrameError) Unwrap() error { return e.err }
+
 // JSONConn is a MessageConn speaking JSON-RPC lite over Frames.
 type JSONConn struct {
 	frames Frames
@@ -75,16 +94,28 @@ type jsonEnvelope struct {
 func (c *JSONConn) ReadMessage(ctx context.Context) (*Message, error) {
 	frame, err := c.frames.ReadFrame(ctx)
 	if err != nil {
+		var dropped *droppedFrameError
+		if errors.As(err, &dropped) {
+			id, ok := jsonPrefixID(dropped.head)
+			return nil, &MalformedError{Err: fmt.Errorf("JSON-RPC message dropped: %w", dropped.err), ID: id, HasID: ok}
+		}
 		if errors.Is(err, ErrMessageTooLarge) {
 			return nil, &MalformedError{Err: fmt.Errorf("failed to parse JSON-RPC message: %w", err)}
 		}
 		return nil, err
 	}
+	bf, _ := c.frames.(budgetedFrames)
+	if bf != nil {
+		defer bf.releaseFrame()
+	}
 	if m, ok := decodeOutputFast(frame); ok {
 		return m, nil
 	}
-	// The frame buffer is reused by the next read; params outlive it.
-	m, err := DecodeJSONMessage(bytes.Clone(frame))
+	// A frame buffer reused by the next read is copied: params outlive it.
+	if bf == nil || !bf.frameOwned() {
+		frame = bytes.Clone(frame)
+	}
+	m, err := DecodeJSONMessage(frame)
 	if err != nil {
 		return nil, &MalformedError{Err: fmt.Errorf("failed to parse JSON-RPC message: %w", err)}
 	}
@@ -142,6 +173,42 @@ func DecodeJSONMessage(frame []byte) (*Message, error) {
 		return nil, errors.New("message is neither a request, a notification nor a response")
 	}
 	return m, nil
+}
+
+// jsonPrefixID reads a request's id from the first bytes of a message
+// that was dropped part way: the "id" member of the top-level object,
+// found when no member the prefix cuts short comes before it (codex and
+// outpost write the id first); ok is false otherwise.
+func jsonPrefixID(head []byte) (ID, bool) {
+	dec := json.NewDecoder(bytes.NewReader(head))
+	dec.UseNumber()
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+		return ID{}, false
+	}
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return ID{}, false
+		}
+		key, _ := tok.(string)
+		if key != "id" {
+			var skip json.RawMessage
+			if dec.Decode(&skip) != nil {
+				return ID{}, false
+			}
+			continue
+		}
+		var raw json.RawMessage
+		if dec.Decode(&raw) != nil {
+			return ID{}, false
+		}
+		var id ID
+		if string(raw) == "null" || id.UnmarshalJSON(raw) != nil {
+			return ID{}, false
+		}
+		return id, true
+	}
+	return ID{}, false
 }
 
 // maxNestingDepth is encoding/json's own limit, which Token does not apply.

@@ -87,9 +87,24 @@ type Message struct {
 }
 
 // MalformedError is returned by ReadMessage for a message that could not
-// be decoded. The connection is still usable; the caller answers it with
-// an error whose id is MalformedID.
-type MalformedError struct{ Err error }
+// be decoded, or was dropped unread (too large, or more than a ReadBudget
+// could hold). The connection is still usable; the caller answers it with
+// an error whose id is ID when HasID (a request dropped part way whose
+// id the reader had read: its caller gets its answer) and MalformedID
+// otherwise.
+type MalformedError struct {
+	Err   error
+	ID    ID
+	HasID bool
+}
+
+// ReplyID is the id an answer to the refused message carries.
+func (e *MalformedError) ReplyID() ID {
+	if e.HasID {
+		return e.ID
+	}
+	return MalformedID
+}
 
 func (e *MalformedError) Error() string { return e.Err.Error() }
 func (e *MalformedError) Unwrap() error { return e.Err }

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"slices"
 	"sync"
 
 	"github.com/vmihailenco/msgpack/v5"
@@ -57,8 +56,14 @@ import (
 // map, str or bin that claims more than the body has left. A malformed
 // frame costs the connection nothing: framing does not depend on the
 // body, and the next frame is read normally. Neither does a frame over the
-// limit, whose body is discarded unread, nor an empty one. A stream that
-// ends inside a frame is broken: io.ErrUnexpectedEOF.
+// limit, whose body is discarded unread, nor an empty one, nor one that
+// a ReadBudget cannot hold (dropped part way, SetReadBudget). A stream
+// that ends inside a frame is broken: io.ErrUnexpectedEOF.
+//
+// A body's buffer is allocated as its bytes arrive (frameGrowth: at most
+// FreeFrameBytes up front, then at most 4× what has arrived), fresh for
+// every frame and never kept by the conn: a peer that announces a large
+// frame and stalls gets little memory, and none once it leaves.
 //
 // Writes put a whole frame, header and body, into one Write call, so
 // concurrent writers never interleave. A writer refuses what a reader
@@ -93,9 +98,6 @@ const (
 	// message is dropped afterwards rather than kept for the connection's
 	// lifetime.
 	msgpackShrinkAbove = 1 << 20
-	// msgpackReadAhead: read bodies are allocated at most this much ahead
-	// of the bytes actually received.
-	msgpackReadAhead = msgpackShrinkAbove + 64<<10
 )
 
 // MsgpackConn is a MessageConn speaking the native msgpack codec over a
@@ -109,6 +111,7 @@ const (
 type MsgpackConn struct {
 	rw       io.ReadWriteCloser
 	maxFrame int
+	budget   *ReadBudget // frames' bytes past FreeFrameBytes; nil: none
 
 	rhdr [msgpackHeaderLen]byte // used by the reader goroutine only
 	// skip is the body of a refused (oversized) frame, still to be
@@ -131,6 +134,16 @@ func NewMsgpackConn(rw io.ReadWriteCloser, maxFrame int) *MsgpackConn {
 	c.enc.UseCompactInts(true)
 	return c
 }
+
+// SetReadBudget makes the reader reserve from b each frame's bytes past
+// FreeFrameBytes as its buffer grows, and release them once the frame is
+// decoded or dropped (readbudget.go). A frame the budget cannot hold is
+// dropped at once, what had arrived of it freed and the rest discarded
+// unread by the next ReadMessage: ReadMessage returns a *MalformedError
+// wrapping a *ReadBudgetError, with the request's id when the part read
+// names it. Call it before the first ReadMessage; nil (the default)
+// reserves nothing.
+func (c *MsgpackConn) SetReadBudget(b *ReadBudget) { c.budget = b }
 
 func msgpackFrameLimit(maxFrame int) int {
 	if maxFrame <= 0 {
@@ -165,12 +178,25 @@ func (c *MsgpackConn) ReadMessage(ctx context.Context) (*Message, error) {
 	if n == 0 {
 		return nil, &MalformedError{Err: errors.New("msgpack frame of length 0")}
 	}
-	// A fresh body per frame: the message's params alias it.
-	body, err := readMsgpackBody(c.rw, nil, int(n))
+	// A fresh body per frame: the message's params alias it. Nothing of
+	// it stays with the conn: once decoded the message holds it, and the
+	// budget has it back.
+	fb := frameBuffer{budget: c.budget}
+	err := fillFrame(c.rw, &fb, int(n))
+	var be *ReadBudgetError
+	if errors.As(err, &be) {
+		have := len(fb.b)
+		id, isReq := msgpackPrefixID(fb.b)
+		fb.release()
+		c.skip = n - int64(have)
+		return nil, &MalformedError{Err: fmt.Errorf("msgpack frame of %d bytes dropped after %d: %w", n, have, err), ID: id, HasID: isReq}
+	}
 	if err != nil {
+		fb.release()
 		return nil, err
 	}
-	m, err := DecodeMsgpackMessage(body)
+	m, err := DecodeMsgpackMessage(fb.b)
+	fb.release()
 	if err != nil {
 		return nil, &MalformedError{Err: fmt.Errorf("failed to parse msgpack message: %w", err)}
 	}
@@ -510,19 +536,62 @@ func readMsgpackBody(r io.Reader, buf []byte, n int) ([]byte, error) {
 		}
 		return b, nil
 	}
-	// Up front: msgpackReadAhead, which holds a 1 MiB file block with its
-	// framing in one allocation; past it the body at most doubles per
-	// step, each step filled before the next is allocated.
-	b := make([]byte, 0, min(n, msgpackReadAhead))
-	for len(b) < n {
-		have := len(b)
-		want := min(n, max(cap(b), 2*have))
-		b = slices.Grow(b, want-have)[:want]
-		if _, err := io.ReadFull(r, b[have:]); err != nil {
-			return nil, msgpackNoEOF(err)
+	var fb frameBuffer
+	if err := fillFrame(r, &fb, n); err != nil {
+		return nil, err
+	}
+	return fb.b, nil
+}
+
+// fillFrame reads an n-byte body into fb, growing it as frameGrowth says
+// (up front at most FreeFrameBytes, then at most 4× what has arrived),
+// each step filled before the next is allocated. On an error fb holds
+// what had arrived.
+func fillFrame(r io.Reader, fb *frameBuffer, n int) error {
+	for len(fb.b) < n {
+		if err := fb.grow(len(fb.b)+1, n); err != nil {
+			return err
+		}
+		have := len(fb.b)
+		k, err := io.ReadFull(r, fb.b[have:cap(fb.b)])
+		fb.b = fb.b[:have+k]
+		if err != nil {
+			return msgpackNoEOF(err)
 		}
 	}
-	return b, nil
+	return nil
+}
+
+// msgpackPrefixID reads the id of a request from the first bytes of its
+// body (a frame dropped part way); ok is false when they are not the
+// start of a request with an id.
+func msgpackPrefixID(p []byte) (id ID, ok bool) {
+	size, elems, err := mpHead(p)
+	if err != nil || !mpIsArray(p[0]) || elems != msgpackBodyLen {
+		return ID{}, false
+	}
+	pos := size
+	for i := 0; i < 2; i++ { // kind, then id: scalars or strings, wholly present
+		n, elems, err := mpHead(p[pos:])
+		if err != nil || elems != 0 {
+			return ID{}, false
+		}
+		switch {
+		case i == 0:
+			kind, _, isInt := mpInt(p, pos)
+			if !isInt || kind != msgpackKindRequest {
+				return ID{}, false
+			}
+		case mpIsStr(p[pos]):
+			s, _ := mpStr(p, pos)
+			return ID{Str: string(s), IsStr: true}, true
+		default:
+			num, _, isInt := mpInt(p, pos)
+			return ID{Num: num}, isInt
+		}
+		pos += n
+	}
+	return ID{}, false
 }
 
 // msgpackNoEOF turns an EOF inside a frame into io.ErrUnexpectedEOF.
@@ -831,8 +900,9 @@ func mpHead(b []byte) (size int, elems uint64, err error) {
 
 // The helpers below read values that scanMsgpack has already validated.
 
-func mpIsStr(c byte) bool { return c >= 0xa0 && c <= 0xbf || c >= 0xd9 && c <= 0xdb }
-func mpIsMap(c byte) bool { return c >= 0x80 && c <= 0x8f || c == 0xde || c == 0xdf }
+func mpIsStr(c byte) bool   { return c >= 0xa0 && c <= 0xbf || c >= 0xd9 && c <= 0xdb }
+func mpIsMap(c byte) bool   { return c >= 0x80 && c <= 0x8f || c == 0xde || c == 0xdf }
+func mpIsArray(c byte) bool { return c >= 0x90 && c <= 0x9f || c == 0xdc || c == 0xdd }
 
 // mpArrayLen reads an array header.
 func mpArrayLen(b []byte, pos int) (n uint64, next int, ok bool) {

@@ -13,7 +13,9 @@ package transport
 // their growth is bounded per connection by SessionWindow and per process
 // by ProcessWindowBudget. So one connection's receive buffers are bounded
 // by peer streams (≤ MaxStreams, default 1024) × 384 KiB + SessionWindow,
-// and a whole executor's growth by ProcessWindowBudget.
+// and a whole executor's growth by ProcessWindowBudget. Streams the peer
+// opened that nobody has accepted yet hold at most AcceptBacklogBytes
+// (4 MiB) together, in at most AcceptBacklog (256) streams.
 
 import (
 	"errors"
@@ -58,6 +60,11 @@ type MuxConfig struct {
 	// AcceptBacklog bounds streams the peer opened that are not yet
 	// accepted; one more is reset (mux Config.AcceptBacklog).
 	AcceptBacklog int
+	// AcceptBacklogBytes bounds what those streams buffer, together; data
+	// past it resets its stream (mux Config.AcceptBacklogBytes). 0
+	// selects the mux default, 4 MiB, so a MuxConfig written before this
+	// field keeps working; otherwise at least 256 KiB.
+	AcceptBacklogBytes int64
 	// MaxStreams bounds the streams the peer may have open at once in the
 	// mux itself; one more is reset (mux Config.MaxStreams). It bounds the
 	// session's receive buffers (see above). 0 selects the mux default,
@@ -74,6 +81,7 @@ func DefaultMuxConfig() MuxConfig {
 		ConnectionWriteTimeout: 10 * time.Second,
 		MaxInboundStreams:      64,
 		AcceptBacklog:          256,
+		AcceptBacklogBytes:     mux.DefaultConfig().AcceptBacklogBytes,
 		MaxStreams:             mux.DefaultConfig().MaxStreams,
 	}
 }
@@ -91,19 +99,22 @@ func (c MuxConfig) Validate() error {
 		return errors.New("mux: MaxInboundStreams and AcceptBacklog must be at least 1")
 	case c.MaxStreams < 0:
 		return errors.New("mux: MaxStreams must not be negative (0 selects 1024)")
+	case c.AcceptBacklogBytes < 0 || c.AcceptBacklogBytes > 0 && c.AcceptBacklogBytes < mux.InitialWindow:
+		return errors.New("mux: AcceptBacklogBytes must be at least 256 KiB (0 selects 4 MiB)")
 	}
 	return nil
 }
 
 func (c MuxConfig) mux() mux.Config {
 	return mux.Config{
-		MaxStreamWindow: c.StreamWindow,
-		SessionBudget:   c.SessionWindow,
-		Shared:          ProcessWindowBudget,
-		KeepAlive:       c.KeepAlive,
-		WriteTimeout:    c.ConnectionWriteTimeout,
-		AcceptBacklog:   c.AcceptBacklog,
-		MaxStreams:      c.MaxStreams,
+		MaxStreamWindow:    c.StreamWindow,
+		SessionBudget:      c.SessionWindow,
+		Shared:             ProcessWindowBudget,
+		KeepAlive:          c.KeepAlive,
+		WriteTimeout:       c.ConnectionWriteTimeout,
+		AcceptBacklog:      c.AcceptBacklog,
+		AcceptBacklogBytes: c.AcceptBacklogBytes,
+		MaxStreams:         c.MaxStreams,
 	}
 }
 

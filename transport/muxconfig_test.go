@@ -112,3 +112,37 @@ func TestMuxConfigStreamDefaults(t *testing.T) {
 		t.Fatal("MaxStreams -1 accepted")
 	}
 }
+
+// AcceptBacklogBytes reaches the mux: with the least allowed (256 KiB)
+// and nobody accepting, a stream that sends a full initial window is
+// kept, and one more that sends any data is reset. 0 selects the mux's
+// default; below 256 KiB is refused.
+func TestMuxConfigAcceptBacklogBytes(t *testing.T) {
+	d := DefaultMuxConfig()
+	if d.AcceptBacklogBytes != 4<<20 || d.mux().AcceptBacklogBytes != 4<<20 {
+		t.Fatalf("default %d, passed on %d", d.AcceptBacklogBytes, d.mux().AcceptBacklogBytes)
+	}
+	for v, ok := range map[int64]bool{0: true, mux.InitialWindow: true, mux.InitialWindow - 1: false, -1: false} {
+		c := DefaultMuxConfig()
+		c.AcceptBacklogBytes = v
+		if err := c.Validate(); (err == nil) != ok {
+			t.Errorf("AcceptBacklogBytes %d: %v", v, err)
+		}
+	}
+	synctest.Test(t, func(t *testing.T) {
+		cfg := DefaultMuxConfig()
+		cfg.AcceptBacklogBytes = mux.InitialWindow
+		c, _ := muxPair(t, cfg)
+		first, _ := c.OpenStream()
+		go first.Write(make([]byte, mux.InitialWindow))
+		synctest.Wait()
+		second, _ := c.OpenStream()
+		go second.Write([]byte("x"))
+		if !resetByPeer(t, second) {
+			t.Fatal("a stream past the backlog's bytes was kept")
+		}
+		if resetByPeer(t, first) {
+			t.Fatal("the stream within the backlog's bytes was reset")
+		}
+	})
+}

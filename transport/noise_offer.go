@@ -93,6 +93,13 @@ func (c *NoiseConn) Detach() (*PrefixConn, error) {
 	return &PrefixConn{Conn: c.conn, prefix: ahead}, nil
 }
 
+// RawWriter is c's underlying connection, for a link whose responder
+// starts sending raw bytes before it has read the initiator's last Noise
+// record (a relay passing an executor's answer to a client while it waits
+// for the client's confirmation, PROTOCOL.md 9.3). Write to it only, and
+// never call c.Write again; go on reading c, then Detach.
+func (c *NoiseConn) RawWriter() net.Conn { return c.conn }
+
 // PrefixConn is a connection whose first bytes were read ahead: Read
 // returns them before reading the connection.
 type PrefixConn struct {

@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/coder/websocket"
 
@@ -25,6 +27,13 @@ import (
 //
 // The fragment is the peer's key fingerprint (identity.ParsePublicKey).
 // HOST may be a name or an IP literal ([::1] for IPv6); PORT is decimal.
+//
+// A relay URL may list several relays of one cluster, which all hold the
+// cluster's key and so share the fingerprint:
+// outpost://HOST1:PORT,HOST2:PORT#fingerprint (at most MaxRelayAddrs, each
+// once). Addr is then the first; Addrs lists them all in the order
+// written, Dial tries them in that order, and WithAddr names one. Other
+// schemes name one peer.
 const (
 	SchemeTCP     = "tcp"
 	SchemeUnix    = "unix"
@@ -55,13 +64,30 @@ var urlForms = []struct{ scheme, form, name string }{
 	{SchemeRelayWS, "outpost+ws://HOST:PORT#<fingerprint>", "relay"},
 }
 
+// MaxRelayAddrs bounds the addresses one relay URL lists: a handful of a
+// cluster's relays to start from (the client learns the others from the
+// relays' answers), not an inventory.
+const MaxRelayAddrs = 16
+
+// AddrDialTimeout bounds the dial of one address of a relay URL that
+// lists several, when another is left to try: a host that is down and
+// drops packets (no refusal) would otherwise hold the dial for the
+// operating system's SYN retries, about two minutes. 5 s lets a lost SYN
+// be sent again twice (at 1 s and 3 s). The last address has the
+// caller's context alone.
+const AddrDialTimeout = 5 * time.Second
+
 // URL is a parsed connection URL.
 type URL struct {
 	// Scheme is one of the Scheme constants.
 	Scheme string
 	// Addr is HOST:PORT for tcp, ws, outpost and outpost+ws; the socket's
-	// absolute path for unix; the program for stdio.
+	// absolute path for unix; the program for stdio. A relay URL that
+	// lists several addresses has the first here (Addrs has them all).
 	Addr string
+	// more are a relay URL's addresses after Addr, comma-separated ("":
+	// none). A string, not a slice, so that URLs compare with ==.
+	more string
 	// Path is a ws:// URL's request path ("" or starting with "/").
 	Path string
 	// Fingerprint is the #fragment as written ("" when there is none),
@@ -174,12 +200,29 @@ func ParseURL(s string, schemes ...string) (URL, error) {
 		u.Key = k
 	}
 	switch scheme {
-	case SchemeTCP, SchemeRelay, SchemeRelayWS:
+	case SchemeTCP:
 		if !validHostPort(rest) {
 			return bad("", nil)
 		}
 		u.Addr = rest
-		if (scheme == SchemeRelay || scheme == SchemeRelayWS) && u.Fingerprint == "" {
+	case SchemeRelay, SchemeRelayWS:
+		addrs := strings.Split(rest, ",")
+		if len(addrs) > MaxRelayAddrs {
+			return bad(fmt.Sprintf("lists %d relays; at most %d", len(addrs), MaxRelayAddrs), nil)
+		}
+		for i, a := range addrs {
+			if !validHostPort(a) {
+				if len(addrs) > 1 {
+					return bad(fmt.Sprintf("has an invalid address %q (want HOST:PORT[,HOST:PORT...])", a), nil)
+				}
+				return bad("", nil)
+			}
+			if slices.Contains(addrs[:i], a) {
+				return bad(fmt.Sprintf("lists %s twice", a), nil)
+			}
+		}
+		u.Addr, u.more = addrs[0], strings.Join(addrs[1:], ",")
+		if u.Fingerprint == "" {
 			return bad("lacks the relay's key fingerprint (#...)", nil)
 		}
 	case SchemeWS:
@@ -227,6 +270,27 @@ func isSpaceOrControl(r rune) bool { return r <= ' ' || r == 0x7f }
 // String is the URL as written.
 func (u URL) String() string { return u.raw }
 
+// Addrs are the addresses the URL names, in the order written: Addr alone
+// but for a relay URL that lists several.
+func (u URL) Addrs() []string {
+	if u.more == "" {
+		return []string{u.Addr}
+	}
+	return append([]string{u.Addr}, strings.Split(u.more, ",")...)
+}
+
+// WithAddr is u naming addr (HOST:PORT) alone: the same scheme and
+// fingerprint, written scheme://addr#fingerprint. For one relay of a
+// cluster, whose URL lists several or whose members are learnt.
+func (u URL) WithAddr(addr string) URL {
+	v := URL{Scheme: u.Scheme, Addr: addr, Path: u.Path, Fingerprint: u.Fingerprint, Key: u.Key}
+	v.raw = u.Scheme + "://" + addr + u.Path
+	if u.Fingerprint != "" {
+		v.raw += "#" + u.Fingerprint
+	}
+	return v
+}
+
 // Base is the URL without its fragment: the key of a pin in the
 // known_executors file.
 func (u URL) Base() string {
@@ -255,8 +319,47 @@ func (u URL) Network() string {
 // Dial opens the byte stream to u: a TCP or Unix connection, or for
 // outpost+ws:// a WebSocket carrying the bytes in binary messages at
 // RelayWSPath. ws:// and stdio:// carry messages, not a byte stream, and
-// are refused.
+// are refused. A relay URL that lists several addresses is dialled as
+// DialAny does.
 func (u URL) Dial(ctx context.Context) (net.Conn, error) {
+	c, _, err := u.DialAny(ctx)
+	return c, err
+}
+
+// DialAny dials u's addresses in the order written until one connects,
+// and returns the connection and u naming the address it reached
+// (WithAddr; u itself when it names one). Each address but the last is
+// given at most AddrDialTimeout of ctx. Only the connection is tried
+// here: what the peer then answers is the caller's to judge. When every
+// address fails, the error joins theirs.
+func (u URL) DialAny(ctx context.Context) (net.Conn, URL, error) {
+	if u.more == "" {
+		c, err := u.dialOne(ctx)
+		return c, u, err
+	}
+	addrs := u.Addrs()
+	var errs []error
+	for i, a := range addrs {
+		one := u.WithAddr(a)
+		actx, cancel := ctx, context.CancelFunc(func() {})
+		if i < len(addrs)-1 {
+			actx, cancel = context.WithTimeout(ctx, AddrDialTimeout)
+		}
+		c, err := one.dialOne(actx)
+		cancel()
+		if err == nil {
+			return c, one, nil
+		}
+		errs = append(errs, err)
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	return nil, u, errors.Join(errs...)
+}
+
+// dialOne dials u's first address.
+func (u URL) dialOne(ctx context.Context) (net.Conn, error) {
 	switch u.Scheme {
 	case SchemeRelayWS:
 		c, _, err := websocket.Dial(ctx, "ws://"+u.Addr+RelayWSPath, &websocket.DialOptions{CompressionMode: websocket.CompressionDisabled})

@@ -9,8 +9,11 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"strconv"
 	"strings"
 	"syscall"
+
+	"github.com/outpost-exec/outpost/internal/admission"
 )
 
 // WSAuth is the check every codex WebSocket front end (the executor's
@@ -21,11 +24,24 @@ import (
 // codex 0.171's capability token: given as the token itself, or only as
 // its SHA-256 digest (codex's --ws-token-sha256), so the listener need
 // not hold the secret. The zero value checks Origin only.
+//
+// With Failures set, a source address (an IPv4 address or an IPv6 /64,
+// from the request's RemoteAddr) that sent too many wrong tokens is
+// refused with 429 before its token is compared, for the rest of the
+// limiter's window, so the token cannot be guessed at line rate. Only a
+// wrong token counts: not an Origin refusal (any web page can make a
+// browser send those to a loopback listener, and would lock the real
+// client on loopback out), nor a missing token (a probe or a
+// misconfigured client learns nothing from it). Behind a reverse proxy
+// every client has the proxy's address, and shares its count.
 type WSAuth struct {
 	// Token is the bearer token ("": none, unless TokenSHA256 is set).
 	Token string
 	// TokenSHA256 is the digest of the bearer token (nil: none).
 	TokenSHA256 []byte
+	// Failures counts wrong tokens per source address and refuses the
+	// addresses over its limit (nil: no limit).
+	Failures *admission.Limiter
 }
 
 // Enabled reports whether a bearer token is required.
@@ -52,6 +68,13 @@ func (a WSAuth) Allow(w http.ResponseWriter, r *http.Request) bool {
 	// The first Authorization header counts, as in codex's server, and
 	// spaces before the token do not ("Bearer  tok" is tok, as codex
 	// takes it); net/http has already trimmed those after it.
+	source := admission.HostKey(r.RemoteAddr)
+	if a.Failures != nil && !a.Failures.Allow(source) {
+		w.Header().Set("Retry-After", strconv.Itoa(int(a.Failures.Config().Window.Seconds()+0.5))) // at most
+		w.Header().Set("Connection", "close")
+		http.Error(w, "too many invalid websocket bearer tokens from this address; try again later", http.StatusTooManyRequests)
+		return false
+	}
 	scheme, got, ok := strings.Cut(r.Header.Get("Authorization"), " ")
 	got = strings.TrimLeft(got, " ")
 	if !ok || !strings.EqualFold(scheme, "Bearer") || got == "" {
@@ -60,6 +83,9 @@ func (a WSAuth) Allow(w http.ResponseWriter, r *http.Request) bool {
 		return false
 	}
 	if !a.matches(got) {
+		if a.Failures != nil {
+			a.Failures.Fail(source)
+		}
 		w.Header().Set("WWW-Authenticate", "Bearer")
 		http.Error(w, "invalid websocket bearer token", http.StatusUnauthorized)
 		return false

@@ -73,6 +73,11 @@ func startRelayAdmin(addr string, srv *relay.Server, stderr io.Writer) (stopping
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "outpost_relay_data_splices_total", Help: "Clients spliced to an executor's data connection (raw ciphertext, splice(2)), not to a mux stream."},
 			func() float64 { return float64(srv.Stats().DataSplices) }),
 		gauge("outpost_relay_blocked_addresses", "Source addresses refused for failing too many handshakes.", func(s relay.Stats) float64 { return float64(s.BlockedAddresses) }),
+		gauge("outpost_relay_failure_table_entries", "Source addresses (IPv4, or IPv6 /64) with failed handshakes in their window now (at most 16,384).", func(s relay.Stats) float64 { return float64(s.FailureTable.Entries) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "outpost_relay_failure_table_evictions_total", Help: "Addresses still in their failure window dropped to make room (a flood from many addresses)."},
+			func() float64 { return float64(srv.Stats().FailureTable.Evictions) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "outpost_relay_blocked_refusals_total", Help: "Connections refused on sight because their address failed too many handshakes."},
+			func() float64 { return float64(srv.Stats().FailureTable.Refusals) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "outpost_relay_failed_handshakes_total", Help: "Noise handshakes that failed (wrong key, junk, timeout)."},
 			func() float64 { return float64(srv.Stats().FailedHandshakes) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "outpost_relay_spliced_bytes_total", Help: "Bytes spliced between clients and executors, both directions, counted when a stream ends."},
@@ -87,6 +92,8 @@ func startRelayAdmin(addr string, srv *relay.Server, stderr io.Writer) (stopping
 			func() float64 { return float64(srv.Stats().RevokedKeyJoins) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "outpost_relay_revoked_sessions_total", Help: "Joined executor sessions closed because their key was revoked."},
 			func() float64 { return float64(srv.Stats().RevokedSessions) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "outpost_relay_revoked_client_connections_total", Help: "Client connections closed because their token was revoked (outpost token revoke)."},
+			func() float64 { return float64(srv.Stats().RevokedClients) }),
 	)
 	if srv.Stats().Clustered {
 		reg.MustRegister(

@@ -263,7 +263,12 @@ func cmdRelayServe(args []string, stdout, stderr io.Writer) int {
 	// Leaving the cluster takes this relay's member entry and its
 	// executors' presence out of etcd at once (before the store closes).
 	defer srv.Close()
-	adminStopping, stopAdmin, err := startRelayAdmin(*adminListen, srv, stderr)
+	// Both binds wait briefly for a relay being replaced here to free the
+	// port (relay_restart.go).
+	stopAdmin, err := bindRetrying("--admin-listen", stderr, func() (func(), error) {
+		_, stop, err := startRelayAdmin(*adminListen, srv, stderr)
+		return stop, err
+	})
 	if err != nil {
 		fmt.Fprintln(stderr, "outpost:", err)
 		return 1
@@ -276,7 +281,7 @@ func cmdRelayServe(args []string, stdout, stderr io.Writer) int {
 	case <-time.After(relay.DefaultClusterRequest):
 		log.Warn("etcd has not answered; listening detached from the cluster (joins and connects are refused until it answers)")
 	}
-	ln, err := srv.Listen(lu.Addr)
+	ln, err := bindRetrying("--listen", stderr, func() (*relay.Listener, error) { return srv.Listen(lu.Addr) })
 	if err != nil {
 		fmt.Fprintln(stderr, "outpost: listen:", err)
 		return 1
@@ -291,7 +296,7 @@ func cmdRelayServe(args []string, stdout, stderr io.Writer) int {
 	}
 	var wsl *relay.WSListener
 	if wsAddr != "" {
-		wl, err := srv.ListenWS(wsAddr)
+		wl, err := bindRetrying("--ws-listen", stderr, func() (*relay.WSListener, error) { return srv.ListenWS(wsAddr) })
 		if err != nil {
 			fmt.Fprintln(stderr, "outpost: listen:", err)
 			return 1
@@ -317,8 +322,11 @@ func cmdRelayServe(args []string, stdout, stderr io.Writer) int {
 	sig := <-sigs
 	log.Info("relay shutting down", zap.String("signal", sig.String()), zap.Duration("drain_timeout", *drainTimeout))
 	// Drain: no new connections, executors told to reconnect, open client
-	// streams given --drain-timeout (a second signal cuts it short).
-	adminStopping()
+	// streams given --drain-timeout (a second signal cuts it short). The
+	// ports close first, the admin one too, so a relay replacing this one
+	// on the same host can bind them while this one drains
+	// (relay_restart.go).
+	stopAdmin()
 	ln.StopAccepting()
 	if wsl != nil {
 		wsl.StopAccepting()

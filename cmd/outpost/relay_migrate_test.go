@@ -111,7 +111,8 @@ func TestRelayMigrateMovesTheBoltStoreIntoEtcd(t *testing.T) {
 	if k, ok, err := s.ExecutorKey("b"); err != nil || !ok || k != k2 {
 		t.Fatalf("binding of b: %v %v %v", k, ok, err)
 	}
-	if seq, err := s.RevocationSeq(); err != nil || seq != 1 {
+	// One revoked token and one revoked key: two revocations.
+	if seq, err := s.RevocationSeq(); err != nil || seq != 2 {
 		t.Fatalf("revocation sequence %d %v", seq, err)
 	}
 
@@ -127,7 +128,7 @@ func TestRelayMigrateMovesTheBoltStoreIntoEtcd(t *testing.T) {
 	if code, _, errs := runCLI("executors", "revoke", "b"); code != 0 {
 		t.Fatalf("executors revoke on etcd: %s", errs)
 	}
-	if seq, err := s.RevocationSeq(); err != nil || seq != 2 {
+	if seq, err := s.RevocationSeq(); err != nil || seq != 3 {
 		t.Fatalf("revocation sequence after executors revoke: %d %v", seq, err)
 	}
 

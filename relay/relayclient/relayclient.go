@@ -30,8 +30,10 @@ package relayclient
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"sync/atomic"
 	"time"
@@ -54,16 +56,29 @@ type Options struct {
 	// HandshakeTimeout bounds the Noise handshake with the relay (default
 	// transport.DefaultHandshakeTimeout); ctx bounds it too.
 	HandshakeTimeout time.Duration
+	// DialTimeout, when positive, bounds the connection to the relay's
+	// address (TCP connect, or the WebSocket upgrade) within ctx: for a
+	// caller with other relays to try, so that a host that drops packets
+	// costs it this long, not the operating system's SYN retries. 0: ctx
+	// alone. A URL listing several addresses gives each but the last
+	// transport.AddrDialTimeout as well.
+	DialTimeout time.Duration
+	// OnConnect, when set, is called with the relay's whole answer to
+	// relay/connect (ConnectEarly, and Connect on a Conn dialled with
+	// these options) once it is decoded, before the call returns: a client
+	// learns the cluster's members from its Cluster.
+	OnConnect func(protocol.RelayConnectResult)
 }
 
 // Conn is an authenticated connection to a relay with its control stream
 // open.
 type Conn struct {
-	url  transport.URL
-	sess *transport.MuxSession
-	ctl  net.Conn
-	mc   *transport.MsgpackConn
-	ids  atomic.Int64
+	url       transport.URL
+	sess      *transport.MuxSession
+	ctl       net.Conn
+	mc        *transport.MsgpackConn
+	ids       atomic.Int64
+	onConnect func(protocol.RelayConnectResult) // Options.OnConnect
 }
 
 // Dial connects to the relay named by url (outpost://HOST:PORT#<fp> or
@@ -79,7 +94,7 @@ func Dial(ctx context.Context, url string, key noise.DHKey, opts Options) (*Conn
 	if mux == (transport.MuxConfig{}) {
 		mux = transport.DefaultMuxConfig()
 	}
-	nc, err := handshake(ctx, u, key, opts, nil)
+	nc, err := handshake(ctx, &u, key, opts, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -93,7 +108,7 @@ func Dial(ctx context.Context, url string, key noise.DHKey, opts Options) (*Conn
 		sess.Close()
 		return nil, fmt.Errorf("relay %s: opening the control stream: %w", u.Addr, err)
 	}
-	return &Conn{url: u, sess: sess, ctl: ctl, mc: transport.NewMsgpackConn(ctl, protocol.MaxMessageBytes)}, nil
+	return &Conn{url: u, sess: sess, ctl: ctl, mc: transport.NewMsgpackConn(ctl, protocol.MaxMessageBytes), onConnect: opts.OnConnect}, nil
 }
 
 // KeyMismatchError: the relay at Addr holds another key than the one its
@@ -136,10 +151,12 @@ func probeKey(ctx context.Context, u transport.URL, opts Options) (identity.Publ
 	return identity.PublicKey{}, err
 }
 
-// Addr is the relay's HOST:PORT.
+// Addr is the relay's HOST:PORT (of a URL listing several, the one
+// reached).
 func (c *Conn) Addr() string { return c.url.Addr }
 
-// URL is the relay's URL.
+// URL is the relay's URL (of one listing several, naming the address
+// reached).
 func (c *Conn) URL() transport.URL { return c.url }
 
 // Close closes the connection: the session and every stream on it.
@@ -192,6 +209,9 @@ func (c *Conn) Connect(ctx context.Context, executorID, token string) (net.Conn,
 	var res protocol.RelayConnectResult
 	if err := c.Call(ctx, protocol.MethodRelayConnect, protocol.RelayConnectParams{ExecutorID: executorID, Token: token}, &res); err != nil {
 		return nil, identity.PublicKey{}, err
+	}
+	if c.onConnect != nil {
+		c.onConnect(res)
 	}
 	k, err := identity.ParsePublicKey(res.ExecutorKey)
 	if err != nil {
@@ -296,12 +316,20 @@ var ErrNoHandshakeRequests = errors.New("the relay does not take requests in its
 
 // handshake dials the relay at u and runs the IK handshake to its key,
 // with payload in message 1. A refused handshake to a relay that holds
-// another key is a *KeyMismatchError.
-func handshake(ctx context.Context, u transport.URL, key noise.DHKey, opts Options, payload []byte) (*transport.NoiseConn, error) {
-	raw, err := u.Dial(ctx)
+// another key is a *KeyMismatchError. Of a URL listing several addresses,
+// *u is left naming the one reached.
+func handshake(ctx context.Context, up *transport.URL, key noise.DHKey, opts Options, payload []byte) (*transport.NoiseConn, error) {
+	dctx, cancel := ctx, context.CancelFunc(func() {})
+	if opts.DialTimeout > 0 {
+		dctx, cancel = context.WithTimeout(ctx, opts.DialTimeout)
+	}
+	raw, reached, err := up.DialAny(dctx)
+	cancel()
 	if err != nil {
 		return nil, err
 	}
+	*up = reached
+	u := reached
 	nc, err := transport.NoiseInitiator(ctx, raw, transport.NoiseConfig{Static: key, Purpose: Purpose, PeerStatic: u.Key[:], Payload: payload, HandshakeTimeout: opts.HandshakeTimeout})
 	if err != nil {
 		raw.Close()
@@ -330,7 +358,7 @@ func handshakeCall(ctx context.Context, url string, key noise.DHKey, opts Option
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", method, err)
 	}
-	nc, err := handshake(ctx, u, key, opts, payload)
+	nc, err := handshake(ctx, &u, key, opts, payload)
 	if err != nil {
 		return nil, err
 	}
@@ -339,21 +367,7 @@ func handshakeCall(ctx context.Context, url string, key noise.DHKey, opts Option
 		nc.Close()
 		return nil, fmt.Errorf("relay %s: %w", u.Addr, ErrNoHandshakeRequests)
 	}
-	m, err := transport.ParsePayload(reply)
-	switch {
-	case err != nil:
-		err = fmt.Errorf("%s: the relay's answer: %w", method, err)
-	case m.Kind != transport.KindResponse:
-		err = fmt.Errorf("%s: the relay sent another message (kind %d) instead of a reply", method, m.Kind)
-	case m.Error != nil:
-		err = m.Error
-	case m.Result == nil:
-		err = fmt.Errorf("%s: the reply has no result", method)
-	case result != nil:
-		if derr := m.Result.Decode(result); derr != nil {
-			err = fmt.Errorf("%s: %w", method, derr)
-		}
-	}
+	err = decodeReply(method, reply, result)
 	if err != nil {
 		nc.Close()
 		return nil, err
@@ -361,30 +375,66 @@ func handshakeCall(ctx context.Context, url string, key noise.DHKey, opts Option
 	return nc, nil
 }
 
+// decodeReply decodes a reply encoded as a handshake's payload into
+// result; a refusal is the relay's *protocol.Error.
+func decodeReply(method string, reply []byte, result any) error {
+	m, err := transport.ParsePayload(reply)
+	switch {
+	case err != nil:
+		return fmt.Errorf("%s: the relay's answer: %w", method, err)
+	case m.Kind != transport.KindResponse:
+		return fmt.Errorf("%s: the relay sent another message (kind %d) instead of a reply", method, m.Kind)
+	case m.Error != nil:
+		return m.Error
+	case m.Result == nil:
+		return fmt.Errorf("%s: the reply has no result", method)
+	case result != nil:
+		if derr := m.Result.Decode(result); derr != nil {
+			return fmt.Errorf("%s: %w", method, derr)
+		}
+	}
+	return nil
+}
+
 // ConnectEarly reaches executorID through the relay in one handshake
 // (PROTOCOL.md section 9.3): relay/connect travels in the payload of Noise
-// IK message 1 with early — the client's own handshake with the executor,
+// IK message 1 and the relay's answer in message 2.
+//
+// With early — the client's own handshake with the executor,
 // transport.NoiseIKOffer.Bytes, made with the executor's key the client
-// already knows — and the relay's answer in message 2. A client that does
-// not know the key yet passes a nil early and a first function instead:
-// it is called with the key from the relay's directory and returns the
-// handshake's start, sent in the first record of the channel with the
-// relay. The returned connection then carries the executor's bytes as they
-// come, starting with its answer to the handshake
-// (transport.NoiseIKOffer.Finish reads it), without the relay's Noise or
-// mux: closing it ends everything. Also returned is the executor's key
-// from the relay's directory.
+// already knows — the request carries it and Confirm; the client's first
+// record after message 2 is the confirmation (RelayConnectReady), which
+// proves to the relay that the connection is not a replay of a recorded
+// message 1: only then does the relay spend the token's use and pass the
+// client's bytes on. The executor's answer comes meanwhile: one round
+// trip to the executor.
+//
+// Without early (first contact), first is called with the key from the
+// relay's directory and returns the handshake's start, sent in the first
+// record; the relay then spends the use, opens the target and answers
+// with its verdict (a refusal here too is the relay's error).
+//
+// The returned connection then carries the executor's bytes as they come,
+// starting with its answer to the handshake (transport.NoiseIKOffer.Finish
+// reads it), without the relay's Noise or mux: closing it ends
+// everything. Also returned is the executor's key from the relay's
+// directory.
 //
 // A refusal is the relay's *protocol.Error itself; a relay that predates
-// this answers ErrNoHandshakeRequests (use Dial and Connect).
+// requests in the handshake answers ErrNoHandshakeRequests (use Dial and
+// Connect).
 func ConnectEarly(ctx context.Context, url string, key noise.DHKey, opts Options, executorID, token string, early []byte, first func(executorKey identity.PublicKey) ([]byte, error)) (net.Conn, identity.PublicKey, error) {
 	if len(early) == 0 && first == nil {
 		return nil, identity.PublicKey{}, errors.New("relayclient: ConnectEarly needs early or first")
 	}
+	params := protocol.RelayConnectParams{ExecutorID: executorID, Token: token, Early: early, Confirm: len(early) > 0}
 	var res protocol.RelayConnectResult
-	nc, err := handshakeCall(ctx, url, key, opts, protocol.MethodRelayConnect, protocol.RelayConnectParams{ExecutorID: executorID, Token: token, Early: early}, &res)
+	nc, err := handshakeCall(ctx, url, key, opts, protocol.MethodRelayConnect, params, &res)
 	if err != nil {
 		return nil, identity.PublicKey{}, err
+	}
+	if opts.OnConnect != nil {
+		opts.OnConnect(res)
 	}
 	fail := func(err error) (net.Conn, identity.PublicKey, error) {
 		nc.Close()
@@ -394,16 +444,22 @@ func ConnectEarly(ctx context.Context, url string, key noise.DHKey, opts Options
 	if err != nil {
 		return fail(fmt.Errorf("%s: executor key: %w", protocol.MethodRelayConnect, err))
 	}
+	record := []byte(protocol.RelayConnectReady)
 	if len(early) == 0 {
-		hello, err := first(k)
-		if err != nil {
+		if record, err = first(k); err != nil {
 			return fail(err)
 		}
-		nc.SetWriteDeadline(time.Now().Add(cmpOr(opts.HandshakeTimeout, transport.DefaultHandshakeTimeout)))
-		_, err = nc.Write(hello)
-		nc.SetWriteDeadline(time.Time{})
-		if err != nil {
-			return fail(fmt.Errorf("%s: %w", protocol.MethodRelayConnect, err))
+	}
+	timeout := cmpOr(opts.HandshakeTimeout, transport.DefaultHandshakeTimeout)
+	nc.SetWriteDeadline(time.Now().Add(timeout))
+	_, err = nc.Write(record)
+	nc.SetWriteDeadline(time.Time{})
+	if err != nil {
+		return fail(fmt.Errorf("%s: %w", protocol.MethodRelayConnect, err))
+	}
+	if len(early) == 0 && res.Verdict {
+		if err := readVerdict(nc, timeout); err != nil {
+			return fail(err)
 		}
 	}
 	raw, err := nc.Detach()
@@ -411,6 +467,22 @@ func ConnectEarly(ctx context.Context, url string, key noise.DHKey, opts Options
 		return fail(err)
 	}
 	return raw, k, nil
+}
+
+// readVerdict reads the relay's verdict on a relay/connect made in the
+// handshake (a 2-byte length and a reply): nil, or its refusal.
+func readVerdict(nc *transport.NoiseConn, timeout time.Duration) error {
+	nc.SetReadDeadline(time.Now().Add(timeout))
+	defer nc.SetReadDeadline(time.Time{})
+	var n [2]byte
+	if _, err := io.ReadFull(nc, n[:]); err != nil {
+		return fmt.Errorf("%s: the relay's verdict: %w", protocol.MethodRelayConnect, err)
+	}
+	b := make([]byte, binary.BigEndian.Uint16(n[:]))
+	if _, err := io.ReadFull(nc, b); err != nil {
+		return fmt.Errorf("%s: the relay's verdict: %w", protocol.MethodRelayConnect, err)
+	}
+	return decodeReply(protocol.MethodRelayConnect, b, nil)
 }
 
 // DialData opens a data connection for the joined executor executorID
