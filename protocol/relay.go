@@ -120,6 +120,12 @@ type RelayConnectParams struct {
 	// clients before it sent, and what a replayer of their recordings
 	// has: answered as an older relay would (an empty message 2).
 	Confirm bool `json:"confirm,omitempty" msgpack:"confirm,omitempty"`
+	// Fresh, with Early and Confirm, is the client's clock (Unix
+	// milliseconds, 8 bytes big-endian) and a random 16-byte nonce: a
+	// relay that has not seen the nonce, with the clock in its window,
+	// admits the connect at message 1 (one round trip to the executor);
+	// otherwise after the confirmation.
+	Fresh []byte `json:"fresh,omitempty" msgpack:"fresh,omitempty"`
 }
 
 // RelayConnectReady is a client's first record after a relay/connect in

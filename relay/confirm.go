@@ -1,24 +1,21 @@
 package relay
 
 // relay/connect in the handshake with early and confirm (PROTOCOL.md
-// 9.3): one round trip to the executor, nothing spent on a replay.
+// 9.3): one round trip to the executor when the connect is fresh,
+// nothing spent on a replay.
 //
-// The client's message 1 carries its inner handshake (early). A recording
-// of it can be replayed, so the relay spends nothing on message 1: it
-// checks the token and, speculating, takes a slot, opens the target and
-// writes early to it, so the executor answers at once. After message 2
-// it passes the executor's bytes to the client raw — they are sealed to
-// the client's ephemeral key, useless to anyone else — and waits for the
-// client's first Noise record, RelayConnectReady, which only the holder of
-// the handshake's keys can send. Then it redeems the token (a use per
-// client key) and lets the client's bytes through. A replay never sends
-// the record: its speculation ends at the handshake timeout, or when it
-// hangs up, and counts as a failed handshake of its address.
-//
-// Bound: a client key has at most maxSpeculations speculative targets at
-// once (a replay flood of one recording holds at most that many, for at
-// most Config.HandshakeTimeout each); past it a connect is still served,
-// its early written once the confirmation comes, a round trip later.
+// The client's message 1 carries its inner handshake (early) and a
+// freshness stamp (fresh.go). A fresh message 1 is admitted at once: the
+// token redeemed (a use per client key), a slot taken, the target opened
+// and early written, so the executor answers — and, with the inner early
+// data, starts the command — while message 2 travels. Any other (a
+// replay, a skewed clock) is only checked; the relay then waits for the
+// client's first record, the confirmation, which only the holder of the
+// handshake's keys can send, and admits it then. Either way the
+// executor's bytes go to the client raw from message 2 on, and the
+// client's bytes pass once it has confirmed. A replay never confirms: it
+// spends nothing, holds nothing, and counts as a failed handshake of its
+// address.
 
 import (
 	"context"
@@ -30,48 +27,31 @@ import (
 	"github.com/outpost-exec/outpost/transport"
 )
 
-// maxSpeculations bounds the speculative targets of one client key.
-const maxSpeculations = 4
-
 var connectReady = []byte(protocol.RelayConnectReady)
 
-// speculate opens hr's target and writes its early there, if the client
-// key has a speculation left; otherwise spliceConfirmed does it after the
-// confirmation. Any failure here leaves that to spliceConfirmed too.
-func (s *Server) speculate(ctx context.Context, hr *handshakeRequest, tokID string) {
-	s.mu.Lock()
-	if s.speculations[hr.client] >= maxSpeculations {
-		s.mu.Unlock()
+// admitFresh admits hr at message 1 if its stamp is fresh: it redeems
+// the token, opens the target and writes early there. Otherwise (or on
+// any failure here) spliceConfirmed does it after the confirmation.
+func (s *Server) admitFresh(ctx context.Context, hr *handshakeRequest) {
+	if !s.fresh.take(hr.connect.Fresh) {
 		return
 	}
-	if s.speculations == nil {
-		s.speculations = map[string]int{}
-	}
-	s.speculations[hr.client]++
-	s.mu.Unlock()
-	t, perr := s.clientTarget(ctx, hr.connect.ExecutorID, hr.client, tokID)
+	tok, t, perr := s.openClient(ctx, *hr.connect, hr.client)
 	if perr == nil && t.key != hr.execKey {
 		t.release()
 		perr = protocol.KindErrorf(protocol.KindUnavailable, protocol.CodeNotFound, "the executor's key changed")
 	}
-	if perr == nil {
-		t.conn.SetWriteDeadline(time.Now().Add(s.cfg.HandshakeTimeout))
-		_, err := t.conn.Write(hr.connect.Early)
-		t.conn.SetWriteDeadline(time.Time{})
-		if err == nil {
-			hr.speculative = t
-			return
-		}
-		t.release()
+	if perr != nil {
+		return
 	}
-	s.endSpeculation(hr.client)
-}
-
-// endSpeculation gives back one of client's speculations.
-func (s *Server) endSpeculation(client string) {
-	s.mu.Lock()
-	decrement(s.speculations, client)
-	s.mu.Unlock()
+	t.conn.SetWriteDeadline(time.Now().Add(s.cfg.HandshakeTimeout))
+	_, err := t.conn.Write(hr.connect.Early)
+	t.conn.SetWriteDeadline(time.Time{})
+	if err != nil {
+		t.release()
+		return
+	}
+	hr.admitted, hr.admittedTok = t, tok
 }
 
 // spliceConfirmed carries on a relay/connect with early and confirm after
@@ -80,18 +60,18 @@ func (s *Server) endSpeculation(client string) {
 // is redeemed.
 func (s *Server) spliceConfirmed(nc *transport.NoiseConn, hr *handshakeRequest) {
 	p := *hr.connect
-	t := hr.speculative
-	hr.speculative = nil
+	t, tok := hr.admitted, hr.admittedTok
+	hr.admitted = nil
+	atOnce := t != nil
 	client := nc.RawWriter()
 	var down chan uint64
-	if t != nil {
+	if atOnce {
+		// Admitted at message 1: revocable from now on.
+		defer s.trackClient(tok, hr.client, func() { client.Close(); t.conn.Close() })()
 		down = make(chan uint64, 1)
 		go func() { down <- spliceHalf(client, t.conn) }()
 	}
 	err := s.awaitConfirmation(nc, connectReady)
-	if t != nil {
-		s.endSpeculation(hr.client)
-	}
 	fail := func() {
 		if t != nil {
 			t.release()
@@ -105,20 +85,13 @@ func (s *Server) spliceConfirmed(nc *transport.NoiseConn, hr *handshakeRequest) 
 		fail()
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.HandshakeTimeout)
-	defer cancel()
-	tok, err := s.redeem(TokenClient, p.Token, hr.client)
-	if err != nil {
-		// Used up or revoked since message 1: the client's session breaks
-		// here, and its next connect hears why.
-		s.log.Info("client connect refused", zap.String("client", hr.client), zap.String("remote", hr.remote), zap.String("executor", p.ExecutorID),
-			zap.String("outcome", "refused"), zap.String("kind", string(refusalKind(err))), zap.String("reason", err.Error()))
-		fail()
-		return
-	}
 	if t == nil {
+		// Admitted now. Used up or revoked since message 1: the client's
+		// session breaks here, and its next connect hears why.
+		ctx, cancel := context.WithTimeout(context.Background(), s.cfg.HandshakeTimeout)
+		defer cancel()
 		var perr *protocol.Error
-		t, perr = s.clientTarget(ctx, p.ExecutorID, hr.client, tok.ID)
+		tok, t, perr = s.openClient(ctx, p, hr.client)
 		if perr == nil && t.key != hr.execKey {
 			t.release()
 			perr = protocol.KindErrorf(protocol.KindUnavailable, protocol.CodeNotFound, "the executor's key changed")
@@ -155,7 +128,9 @@ func (s *Server) spliceConfirmed(nc *transport.NoiseConn, hr *handshakeRequest) 
 	}
 	s.log.Info("client connected", zap.String("client", hr.client), zap.String("remote", hr.remote), zap.String("executor", p.ExecutorID),
 		zap.String("outcome", "spliced"), zap.String("token_id", tok.ID), zap.Bool("data_conn", t.data), zap.Bool("early", true), zap.String("via", t.via))
-	defer s.trackClient(tok, hr.client, func() { raw.Conn.Close(); t.conn.Close() })()
+	if !atOnce {
+		defer s.trackClient(tok, hr.client, func() { raw.Conn.Close(); t.conn.Close() })()
+	}
 	start := time.Now()
 	n := spliceHalf(t.conn, raw.Conn) + <-down
 	s.splicedBytes.Add(n)

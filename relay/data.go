@@ -23,13 +23,13 @@ package relay
 // follows as a native connection. A spliced pair of TCP sockets is copied
 // with splice(2): the relay neither decrypts nor re-encrypts a byte.
 //
-// A client's relay/connect in message 1 spends nothing, since message 1
-// can be replayed by anyone who recorded it: the relay checks the token
-// and answers, and redeems it only on the client's first Noise record,
-// which a replayer cannot encrypt. A client that knows the executor's key
-// sends its inner handshake in message 1 (early, with confirm) and a
-// confirmation as its first record; the relay speculates meanwhile
-// (confirm.go). One that does not (first contact) takes the key from the
+// A client's relay/connect in message 1 spends nothing unless the relay
+// can tell it from a replay of a recording: the relay checks the token
+// and answers, and redeems it on the client's first Noise record, which a
+// replayer cannot encrypt — or at once for a message 1 stamped fresh
+// (fresh.go). A client that knows the executor's key sends its inner
+// handshake in message 1 (early, with confirm and fresh) and a
+// confirmation as its first record (confirm.go). One that does not (first contact) takes the key from the
 // answer and sends its inner handshake as its first record
 // (readInnerHello), and the relay answers with its verdict (spliceEarly).
 //
@@ -73,10 +73,10 @@ type handshakeRequest struct {
 	execKey [32]byte
 	client  string
 	remote  string
-	// speculative: the target opened and early written before the
-	// client's confirmation (speculate), holding a slot and one of the
-	// client key's speculations until it comes.
-	speculative *clientTarget
+	// admitted: a fresh message 1's target, opened and early written at
+	// once (admitFresh; its token redeemed as admittedTok).
+	admitted    *clientTarget
+	admittedTok Token
 
 	// relay/data, admitted so far.
 	dataFor *joined
@@ -117,14 +117,20 @@ func (s *Server) handshakeRequest(peer [32]byte, remote string, payload []byte) 
 			// takes the mux path (a full handshake), a replay gets nothing.
 			s.log.Info("client connect refused", zap.String("client", hr.client), zap.String("remote", remote), zap.String("executor", p.ExecutorID),
 				zap.String("outcome", "refused"), zap.String("reason", "early data without confirmation (an older client, or a replay); answered as an older relay"))
+			s.failed(remoteIP(remote))
 			return hr
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), s.cfg.HandshakeTimeout)
 		defer cancel()
-		key, tok, perr := s.admissible(ctx, p, hr.client)
+		key, _, perr := s.admissible(ctx, p, hr.client)
 		if perr != nil {
 			s.log.Info("client connect refused", zap.String("client", hr.client), zap.String("remote", remote), zap.String("executor", p.ExecutorID),
 				zap.String("outcome", "refused"), zap.String("kind", string(protocol.KindOf(perr))), zap.String("reason", perr.Message))
+			if protocol.KindOf(perr) == protocol.KindRefused {
+				// A refused token, whether a replay's or a client's, is
+				// a failed authentication of its address.
+				s.failed(remoteIP(remote))
+			}
 			return fail(m.ID, perr)
 		}
 		hr.connect, hr.reqID, hr.execKey = &p, m.ID, key
@@ -134,7 +140,7 @@ func (s *Server) handshakeRequest(peer [32]byte, remote string, payload []byte) 
 			hr.reply, _ = transport.PayloadResult(m.ID, protocol.RelayConnectResult{ExecutorKey: fingerprint(key), Verdict: true, Cluster: s.connectMembers()})
 			return hr
 		}
-		s.speculate(ctx, hr, tok.ID)
+		s.admitFresh(ctx, hr)
 		hr.reply, _ = transport.PayloadResult(m.ID, protocol.RelayConnectResult{ExecutorKey: fingerprint(key), Cluster: s.connectMembers()})
 		return hr
 	case protocol.MethodRelayForward:
@@ -184,12 +190,11 @@ func (s *Server) dataAllowed(id string, peer [32]byte) (*joined, *protocol.Error
 	return j, nil
 }
 
-// abandon gives back what a speculation took when the handshake failed.
+// abandon gives back what admitFresh took when the handshake failed.
 func (hr *handshakeRequest) abandon(s *Server) {
-	if t := hr.speculative; t != nil {
-		hr.speculative = nil
+	if t := hr.admitted; t != nil {
+		hr.admitted = nil
 		t.release()
-		s.endSpeculation(hr.client)
 	}
 }
 

@@ -285,10 +285,10 @@ type Server struct {
 	drained   chan struct{}            // closed once draining and spliced == 0
 	watching  bool                     // watchRevocations is running
 	live      map[*liveClient]struct{} // spliced clients, for token revocation (revoke_clients.go)
-	// speculations counts, per client key, targets opened before the
-	// client confirmed its connect (confirm.go).
-	speculations map[string]int
-	cluster      *cluster // nil for a single relay
+	// fresh is the register of relay/connect messages 1 taken as fresh
+	// (fresh.go; its own lock).
+	fresh   freshness
+	cluster *cluster // nil for a single relay
 
 	// failures counts failed handshakes by source address (its own lock).
 	failures *admission.Limiter
@@ -397,6 +397,7 @@ func NewServer(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{cfg: cfg, log: cfg.Logger, executors: map[string]*joined{}, failures: failures, drained: make(chan struct{})}
+	s.fresh.now = time.Now
 	if cfg.Cluster != nil {
 		s.cluster = newCluster(s, cfg.Cluster.withDefaults())
 	}

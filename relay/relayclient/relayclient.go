@@ -30,6 +30,7 @@ package relayclient
 
 import (
 	"context"
+	"crypto/rand"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -428,6 +429,9 @@ func ConnectEarly(ctx context.Context, url string, key noise.DHKey, opts Options
 		return nil, identity.PublicKey{}, errors.New("relayclient: ConnectEarly needs early or first")
 	}
 	params := protocol.RelayConnectParams{ExecutorID: executorID, Token: token, Early: early, Confirm: len(early) > 0}
+	if len(early) > 0 {
+		params.Fresh = freshStamp(time.Now())
+	}
 	var res protocol.RelayConnectResult
 	nc, err := handshakeCall(ctx, url, key, opts, protocol.MethodRelayConnect, params, &res)
 	if err != nil {
@@ -467,6 +471,17 @@ func ConnectEarly(ctx context.Context, url string, key noise.DHKey, opts Options
 		return fail(err)
 	}
 	return raw, k, nil
+}
+
+// freshStamp is a relay/connect's freshness stamp: the clock in Unix
+// milliseconds and a random nonce (RelayConnectParams.Fresh).
+func freshStamp(now time.Time) []byte {
+	b := make([]byte, 24)
+	binary.BigEndian.PutUint64(b, uint64(now.UnixMilli()))
+	if _, err := rand.Read(b[8:]); err != nil {
+		return nil // no stamp: the relay admits after the confirmation
+	}
+	return b
 }
 
 // readVerdict reads the relay's verdict on a relay/connect made in the
