@@ -126,11 +126,6 @@ func (s *Server) handshakeRequest(peer [32]byte, remote string, payload []byte) 
 		if perr != nil {
 			s.log.Info("client connect refused", zap.String("client", hr.client), zap.String("remote", remote), zap.String("executor", p.ExecutorID),
 				zap.String("outcome", "refused"), zap.String("kind", string(protocol.KindOf(perr))), zap.String("reason", perr.Message))
-			if protocol.KindOf(perr) == protocol.KindRefused {
-				// A refused token, whether a replay's or a client's, is
-				// a failed authentication of its address.
-				s.failed(remoteIP(remote))
-			}
 			return fail(m.ID, perr)
 		}
 		hr.connect, hr.reqID, hr.execKey = &p, m.ID, key
