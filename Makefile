@@ -1,7 +1,7 @@
 # outpost — build, test, benchmark.
 GO ?= go
 
-.PHONY: all build test fmt-check vet unit testsummary demo bench bench-wan fuzz e2e vm-kernel soak
+.PHONY: all build test fmt-check vet unit testsummary demo bench bench-wan fuzz e2e vm-kernel soak cross-check
 
 all: build
 
@@ -81,3 +81,9 @@ vm-kernel:
 # a relay; OUTPOST_SOAK_COMMANDS and OUTPOST_SOAK_GIB scale it.
 soak:
 	$(GO) test -tags soak -run Soak -v -count=1 -timeout 60m ./hardening
+
+# Builds, vets and compiles the test binaries for every other platform
+# outpost supports (scripts/cross-check.sh; TARGETS="goos/goarch ..." for
+# fewer). Not part of test: it takes minutes per target on a cold cache.
+cross-check:
+	bash scripts/cross-check.sh $(TARGETS)

@@ -42,7 +42,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/flynn/noise"
@@ -1016,26 +1015,6 @@ func summarize(m map[string]int) string {
 }
 
 // ---- cluster_scale ----
-
-// raiseNofile raises RLIMIT_NOFILE as far as it goes (the hard limit, or
-// above it as root) and returns the soft limit now. The relays, started
-// after, inherit it.
-func raiseNofile(want uint64) uint64 {
-	var rl syscall.Rlimit
-	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &rl); err != nil {
-		return 0
-	}
-	if rl.Max < want {
-		up := syscall.Rlimit{Cur: want, Max: want}
-		if syscall.Setrlimit(syscall.RLIMIT_NOFILE, &up) == nil {
-			return want
-		}
-	}
-	rl.Cur = rl.Max
-	syscall.Setrlimit(syscall.RLIMIT_NOFILE, &rl)
-	syscall.Getrlimit(syscall.RLIMIT_NOFILE, &rl)
-	return rl.Cur
-}
 
 // joiner is a lightweight executor: a relay connection and relay/join,
 // held until the relay goes, then joined again with jittered backoff

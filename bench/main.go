@@ -62,7 +62,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/outpost-exec/outpost/client"
@@ -71,6 +70,7 @@ import (
 	"github.com/outpost-exec/outpost/identity"
 	"github.com/outpost-exec/outpost/internal/fakemodel"
 	"github.com/outpost-exec/outpost/internal/peers"
+	"github.com/outpost-exec/outpost/internal/procgroup"
 	"github.com/outpost-exec/outpost/local"
 	"github.com/outpost-exec/outpost/protocol"
 	"github.com/outpost-exec/outpost/sandbox"
@@ -755,7 +755,7 @@ func (b *bench) copyOneWay(metric string, down bool) {
 		for _, name := range []string{"outpost.bin", "direct.bin", "scp.bin", "local.bin"} {
 			os.Remove(filepath.Join(dst, name))
 		}
-		syscall.Sync()
+		syncDisks()
 		c := t.cmd()
 		t0 := time.Now()
 		if out, err := c.CombinedOutput(); err != nil {
@@ -855,8 +855,7 @@ func runCodexTurn(bin string, argv, env []string, dir string, model *fakemodel.M
 	defer cancel()
 	cmd := exec.CommandContext(ctx, bin, argv...)
 	cmd.Env, cmd.Dir = env, dir
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	procgroup.KillOnCancel(cmd)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Run(); err != nil {

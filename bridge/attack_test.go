@@ -19,7 +19,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -28,6 +27,7 @@ import (
 
 	"github.com/outpost-exec/outpost/bridge"
 	"github.com/outpost-exec/outpost/client"
+	"github.com/outpost-exec/outpost/internal/procgroup"
 	"github.com/outpost-exec/outpost/protocol"
 )
 
@@ -83,7 +83,7 @@ func TestAttackNotificationFloodWhileDetachedStillTerminatesProcesses(t *testing
 	// detached TTL (5 min) must not be what ends them.
 	deadline := time.Now().Add(10 * time.Second)
 	for _, pid := range pids {
-		for syscall.Kill(pid, 0) == nil {
+		for procgroup.Alive(pid) {
 			if time.Now().After(deadline) {
 				t.Fatalf("process %d outlived its expired bridge session (of %v)", pid, pids)
 			}

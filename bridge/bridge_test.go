@@ -19,7 +19,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -31,6 +30,7 @@ import (
 	"github.com/outpost-exec/outpost/engine"
 	"github.com/outpost-exec/outpost/executor"
 	"github.com/outpost-exec/outpost/identity"
+	"github.com/outpost-exec/outpost/internal/procgroup"
 	"github.com/outpost-exec/outpost/internal/testdeps"
 	"github.com/outpost-exec/outpost/protocol"
 	"github.com/outpost-exec/outpost/relay"
@@ -795,7 +795,7 @@ func TestDetachedSessionExpiresAndTerminatesItsProcesses(t *testing.T) {
 	c1.ws.Close(websocket.StatusNormalClosure, "")
 	waitFor(t, func() bool { return b.Stats().Sessions == 0 })
 	// The executor runs in this process: its child is ours to look at.
-	waitFor(t, func() bool { return syscall.Kill(res.Pid, 0) != nil })
+	waitFor(t, func() bool { return !procgroup.Alive(res.Pid) })
 	c2 := dialCodex(t, url, nil)
 	if e := c2.fails("initialize", map[string]any{"clientName": "x", "resumeSessionId": sid}); e.Code != protocol.CodeInvalidRequest {
 		t.Fatalf("%+v", e)
@@ -1176,7 +1176,7 @@ func TestCloseEndsEverythingAndLeavesNoGoroutines(t *testing.T) {
 	}
 	// Their processes were terminated on the executor.
 	for _, pid := range []int{detachedProc.Pid, attachedProc.Pid} {
-		waitFor(t, func() bool { return syscall.Kill(pid, 0) != nil })
+		waitFor(t, func() bool { return !procgroup.Alive(pid) })
 	}
 	select {
 	case <-c2.done:

@@ -11,7 +11,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/outpost-exec/outpost/identity"
@@ -682,11 +681,11 @@ func acceptEventStreams(sess *transport.MuxSession, route func(string, transport
 
 // stdioDialer spawns an executor speaking JSON-RPC lite on its stdin and
 // stdout. Closing ends the child's process group: TERM, then KILL after
-// 2 s.
+// 2 s (child_*.go: what "group" and "TERM" are on each OS).
 func stdioDialer(path string) dialFunc {
 	return func(ctx context.Context, route func(string, transport.Params, bool)) (*conn, error) {
 		cmd := exec.Command(path, "executor", "serve", "--listen", "stdio", "--log-level", "error")
-		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM}
+		cmd.SysProcAttr = stdioChildAttr()
 		cmd.Stderr = os.Stderr
 		stdin, err := cmd.StdinPipe()
 		if err != nil {
@@ -704,11 +703,11 @@ func stdioDialer(path string) dialFunc {
 		rpc := NewRPC(transport.NewJSONConn(transport.NewLineFrames(stdout, stdin, stdin, 0)), func(m string, p transport.Params) { route(m, p, false) })
 		stop := func() error {
 			rpc.Close()
-			syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM)
+			stopChildGroup(cmd.Process, false)
 			select {
 			case <-exited:
 			case <-time.After(2 * time.Second):
-				syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+				stopChildGroup(cmd.Process, true)
 				<-exited
 			}
 			return nil

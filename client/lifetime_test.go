@@ -144,7 +144,7 @@ func readPid(t *testing.T, path string) int {
 func waitReaped(t *testing.T, pid int) {
 	t.Helper()
 	deadline := time.Now().Add(testTimeout)
-	for syscall.Kill(pid, 0) == nil {
+	for processExists(pid) {
 		if time.Now().After(deadline) {
 			t.Fatalf("process %d is still there", pid)
 		}
@@ -184,7 +184,7 @@ func TestSignalDeathWhileDetachedIsReportedAfterResume(t *testing.T) {
 		// Disconnect, and keep the client out while the command dies.
 		px.close()
 		px.cut()
-		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		if err := killProcess(pid); err != nil {
 			t.Fatal(err)
 		}
 		waitReaped(t, pid)

@@ -17,12 +17,12 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/outpost-exec/outpost/internal/fakemodel"
 	"github.com/outpost-exec/outpost/internal/peers"
+	"github.com/outpost-exec/outpost/internal/procgroup"
 	"github.com/outpost-exec/outpost/internal/testdeps"
 )
 
@@ -104,8 +104,7 @@ func codexWithToken(t *testing.T, cli, url, token string, includeLocal bool) (st
 	defer cancel()
 	cmd := exec.CommandContext(rctx, cli, fakemodel.CodexExecArgs(ws, "--dangerously-bypass-approvals-and-sandbox")...)
 	cmd.Dir, cmd.Env = ws, env
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	procgroup.KillOnCancel(cmd)
 	cmd.WaitDelay = 5 * time.Second
 	out, _ := cmd.CombinedOutput()
 	if rctx.Err() != nil {

@@ -34,12 +34,12 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/outpost-exec/outpost/internal/fakemodel"
 	"github.com/outpost-exec/outpost/internal/peers"
+	"github.com/outpost-exec/outpost/internal/procgroup"
 	"github.com/outpost-exec/outpost/internal/testdeps"
 )
 
@@ -105,8 +105,7 @@ func runCodexExec(t *testing.T, srv execServer, workspace string, args []string,
 	cmd := exec.CommandContext(ctx, srv.cli, argv...)
 	cmd.Dir = workspace
 	cmd.Env = env
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	procgroup.KillOnCancel(cmd)
 	cmd.WaitDelay = 5 * time.Second
 	var stdout, stderr strings.Builder
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr

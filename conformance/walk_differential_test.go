@@ -8,7 +8,6 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
-	"syscall"
 	"testing"
 )
 
@@ -82,9 +81,7 @@ func walkTree(t *testing.T, base string) {
 			t.Fatal(err)
 		}
 	}
-	if err := syscall.Mkfifo(filepath.Join(base, "t", "fifo"), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	mkfifo(t, filepath.Join(base, "t", "fifo"))
 	// Larger than codex's caps: more directories than maxDirectories
 	// allows, more files than maxEntries and than codex's 4 MiB output
 	// budget holds.

@@ -1,3 +1,5 @@
+//go:build linux || darwin || freebsd
+
 package engine
 
 import (
@@ -179,12 +181,12 @@ func (b *LocalBackend) Start(ctx context.Context, spec Spec) (Process, error) {
 		}
 		childEnds = append(childEnds, tty)
 		cmd.Stdin, cmd.Stdout, cmd.Stderr = tty, tty, tty
-		cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0, Pdeathsig: syscall.SIGKILL}
+		cmd.SysProcAttr = ttyProcAttr()
 		p.ptmx = ptmx
 		outputs = append(outputs, ptmx)
 		p.stdin = newStdinQueue(ptmx, b.StdinQueueWrites, b.StdinQueueBytes, true)
 	} else {
-		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+		cmd.SysProcAttr = groupProcAttr()
 		for range 2 {
 			r, w, err := os.Pipe()
 			if err != nil {
@@ -193,10 +195,7 @@ func (b *LocalBackend) Start(ctx context.Context, spec Spec) (Process, error) {
 			}
 			// A deeper pipe lets a fast writer run ahead while the pump
 			// is busy (fewer stalls and wake-ups); best effort.
-			control(r, func(fd int) error {
-				_, err := unix.FcntlInt(uintptr(fd), unix.F_SETPIPE_SZ, pipeBytes)
-				return err
-			})
+			deepenPipe(r)
 			outputs = append(outputs, r)
 			childEnds = append(childEnds, w)
 		}
@@ -228,6 +227,9 @@ func (b *LocalBackend) Start(ctx context.Context, spec Spec) (Process, error) {
 	}
 	var launch sandbox.Launch
 	if spec.SandboxSetup != nil {
+		if err := sandboxAvailable(); err != nil {
+			return fail(err) // never run unsandboxed what asked for a sandbox
+		}
 		l, err := spec.SandboxSetup()
 		if err == nil && spec.Tty && l.User != nil {
 			// The command's own terminal, for programs that open /dev/tty.
@@ -257,8 +259,10 @@ func (b *LocalBackend) Start(ctx context.Context, spec Spec) (Process, error) {
 			}
 			// Born inside (clone3 CLONE_INTO_CGROUP): nothing it forks can
 			// run outside, not even for an instant.
-			cmd.SysProcAttr.UseCgroupFD, cmd.SysProcAttr.CgroupFD = true, cg.FD()
 			p.cg = cg
+			if err := bornInCgroup(cmd.SysProcAttr, cg); err != nil {
+				return fail(err)
+			}
 		}
 		if spec.SandboxSetup != nil {
 			launch.Hold()
@@ -300,66 +304,6 @@ func (b *LocalBackend) Start(ctx context.Context, spec Spec) (Process, error) {
 // noExitReport is the exitReport of a process that is its own: its wait
 // status is its exit.
 func noExitReport() (int, bool) { return 0, false }
-
-// startPooled hands a sandboxed command to a pre-started helper; false:
-// none was ready, or the one taken failed before the command started, and
-// the command starts the usual way.
-func (b *LocalBackend) startPooled(p *localProcess, l sandbox.Launch) bool {
-	if !l.Poolable() {
-		return false
-	}
-	pool := b.sandboxPool(l.User)
-	if pool == nil {
-		return false
-	}
-	h := pool.take()
-	if h == nil {
-		pool.count(false)
-		return false
-	}
-	// miss starts the command the usual way; the helper serves the next
-	// command (kept) or is killed and replaced.
-	miss := func(kept bool) bool {
-		pool.count(false)
-		if kept {
-			pool.giveBack(h)
-		} else {
-			h.discard()
-			pool.refillSoon(p.exited)
-		}
-		return false
-	}
-	cmd := p.cmd
-	stdin, _ := cmd.Stdin.(*os.File)
-	if stdin == nil {
-		f, err := os.Open(os.DevNull) // as os/exec gives a nil Stdin
-		if err != nil {
-			return miss(true)
-		}
-		defer f.Close()
-		stdin = f
-	}
-	stdio := [3]*os.File{stdin, cmd.Stdout.(*os.File), cmd.Stderr.(*os.File)}
-	if err := h.h.Hand(l, cmd.Args, cmd.Env, stdio, p.tty, poolHandTimeout); err != nil {
-		// ErrPooledMismatch: nothing was sent.
-		return miss(errors.Is(err, sandbox.ErrPooledMismatch))
-	}
-	// The placeholders are made while the helper takes its descriptors
-	// and sets up what does not need them; a helper that does not take
-	// its descriptors is replaced by a fresh one (which finds the
-	// placeholders held).
-	l.Hold()
-	if err := h.h.Taken(poolHandTimeout); err != nil {
-		return miss(false)
-	}
-	h.h.Proceed()
-	pool.count(true)
-	pool.refillSoon(p.exited)
-	p.cmd = h.h.Cmd
-	p.cg = h.cg
-	p.exitReport = h.h.Exited
-	return true
-}
 
 // openPTY opens a PTY pair of the given size. The master is made
 // non-blocking and pollable, so its pump can be woken and its ioctls never
@@ -615,7 +559,7 @@ func (p *localProcess) awaitWrittenOutput() {
 		target := s.consumed
 		if rc, err := s.f.SyscallConn(); err == nil {
 			rc.Control(func(fd uintptr) {
-				if avail, err := unix.IoctlGetInt(int(fd), unix.TIOCINQ); err == nil && avail > 0 {
+				if avail, err := unix.IoctlGetInt(int(fd), ioctlPendingInput); err == nil && avail > 0 {
 					target += int64(avail)
 				}
 			})

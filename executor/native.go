@@ -39,7 +39,6 @@ import (
 
 	"github.com/flynn/noise"
 	"go.uber.org/zap"
-	"golang.org/x/sys/unix"
 
 	"github.com/outpost-exec/outpost/engine"
 	"github.com/outpost-exec/outpost/identity"
@@ -779,20 +778,6 @@ func addressKey(c net.Conn) string {
 		return "unix"
 	}
 	return c.RemoteAddr().Network() + ":" + c.RemoteAddr().String()
-}
-
-// peerUID is the uid of the process at the other end of a Unix socket.
-func peerUID(c *net.UnixConn) (int, bool) {
-	rc, err := c.SyscallConn()
-	if err != nil {
-		return 0, false
-	}
-	var cred *unix.Ucred
-	var cerr error
-	if err := rc.Control(func(fd uintptr) { cred, cerr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED) }); err != nil || cerr != nil {
-		return 0, false
-	}
-	return int(cred.Uid), true
 }
 
 // ServeMux serves a mux session: every stream the client opens is a

@@ -224,6 +224,9 @@ func (s *Server) translate(p string) (string, error) { return s.mapper.ToExecuto
 
 // NewServer validates cfg and returns a Server.
 func NewServer(cfg Config) (*Server, error) {
+	if err := platformSupported(); err != nil {
+		return nil, err
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = zap.NewNop()
 	}

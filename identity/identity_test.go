@@ -203,6 +203,7 @@ func TestParsePublicKeyRejectsZeroKey(t *testing.T) {
 // ---- key files ----
 
 func TestKeyFileCreatedWith0600AndReloadsEqual(t *testing.T) {
+	needModeBits(t)
 	dir := filepath.Join(t.TempDir(), "state", "outpost")
 	path := filepath.Join(dir, "key")
 	k, created, err := LoadOrCreate(path)
@@ -275,6 +276,7 @@ func TestLoadMissingKeyFileIsNotExistAndCreatesNothing(t *testing.T) {
 }
 
 func TestKeyFileWithGroupOrWorldAccessIsRefused(t *testing.T) {
+	needModeBits(t)
 	good := marshalKeyFile(mustGenerate(t))
 	for _, perm := range []fs.FileMode{0o644, 0o640, 0o604, 0o660, 0o606, 0o700, 0o610} {
 		path := filepath.Join(t.TempDir(), "key")
@@ -350,6 +352,7 @@ func TestKeyFileThatIsADirectoryIsRefused(t *testing.T) {
 }
 
 func TestKeyFileOwnedByAnotherUserIsRefused(t *testing.T) {
+	needModeBits(t)
 	if os.Geteuid() != 0 {
 		t.Skip("needs root to chown a file to another user")
 	}
@@ -493,8 +496,16 @@ func TestUserDirsHonourXDGAndFallBackToHome(t *testing.T) {
 		if got := xdgDir("XDG_STATE_HOME", ".local", "state"); got != "/home/u/.local/state/outpost" {
 			t.Errorf("state dir with XDG_STATE_HOME=%q: %q", v, got)
 		}
-		if got := DefaultConfigDir(); got != "/home/u/.config/outpost" {
-			t.Errorf("DefaultConfigDir with XDG_CONFIG_HOME=%q: %q", v, got)
+		want := "/home/u/.config/outpost"
+		if nativeConfigDir != nil { // macOS, Windows: the platform's place
+			base, err := nativeConfigDir()
+			if err != nil {
+				t.Fatal(err)
+			}
+			want = filepath.Join(base, "outpost")
+		}
+		if got := DefaultConfigDir(); got != want {
+			t.Errorf("DefaultConfigDir with XDG_CONFIG_HOME=%q: %q, want %q", v, got, want)
 		}
 	}
 }
@@ -574,6 +585,7 @@ func TestMissingAllowListIsAnError(t *testing.T) {
 }
 
 func TestAllowListWritableByOthersIsRefused(t *testing.T) {
+	needModeBits(t)
 	path := allowListFile(t, mustGenerate(t).PublicKey().Fingerprint()+"\n")
 	for _, perm := range []fs.FileMode{0o666, 0o620, 0o602} {
 		if err := os.Chmod(path, perm); err != nil {
@@ -728,14 +740,14 @@ func TestKnownExecutorsTOFUPinThenCheckPasses(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if fi.Mode().Perm() != 0o600 {
+	if modeBitsGuard && fi.Mode().Perm() != 0o600 {
 		t.Fatalf("known executors file mode %04o, want 0600", fi.Mode().Perm())
 	}
 	di, err := os.Stat(filepath.Dir(path))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if di.Mode().Perm() != 0o700 {
+	if modeBitsGuard && di.Mode().Perm() != 0o700 {
 		t.Fatalf("known executors directory mode %04o, want 0700", di.Mode().Perm())
 	}
 	data, _ := os.ReadFile(path)
@@ -896,6 +908,7 @@ func TestKnownExecutorsMalformedLineNamesFileAndLine(t *testing.T) {
 }
 
 func TestKnownExecutorsWritableByOthersIsRefused(t *testing.T) {
+	needModeBits(t)
 	path := filepath.Join(t.TempDir(), "known_executors")
 	writeFile(t, path, "", 0o666)
 	if _, err := OpenKnownExecutors(path); err == nil {
@@ -1277,4 +1290,38 @@ func FuzzParseKeyFile(f *testing.F) {
 			t.Fatal("public key not derived from the private key")
 		}
 	})
+}
+
+// needModeBits skips a test of permission bits where the platform has
+// none that mean anything (Windows: see modeBitsGuard).
+func needModeBits(t *testing.T) {
+	t.Helper()
+	if !modeBitsGuard {
+		t.Skip("permission bits are not checked on this platform (ACLs are a TODO)")
+	}
+}
+
+// userDir, as macOS and Windows use it: an absolute XDG variable still
+// wins (tests and wrappers rely on it), else the platform's directory;
+// a platform that cannot name one gives "", never a relative path.
+func TestUserDirPrefersXDGThenThePlatformsPlace(t *testing.T) {
+	native := func() (string, error) { return filepath.FromSlash("/native/cfg"), nil }
+	t.Setenv("OUTPOST_TEST_XDG", "")
+	if got, want := userDir("OUTPOST_TEST_XDG", native, ".config"), filepath.Join(filepath.FromSlash("/native/cfg"), "outpost"); got != want {
+		t.Errorf("no XDG variable: %q, want %q", got, want)
+	}
+	t.Setenv("OUTPOST_TEST_XDG", "relative")
+	if got, want := userDir("OUTPOST_TEST_XDG", native, ".config"), filepath.Join(filepath.FromSlash("/native/cfg"), "outpost"); got != want {
+		t.Errorf("relative XDG variable: %q, want %q", got, want)
+	}
+	abs := t.TempDir()
+	t.Setenv("OUTPOST_TEST_XDG", abs)
+	if got, want := userDir("OUTPOST_TEST_XDG", native, ".config"), filepath.Join(abs, "outpost"); got != want {
+		t.Errorf("absolute XDG variable: %q, want %q", got, want)
+	}
+	t.Setenv("OUTPOST_TEST_XDG", "")
+	failing := func() (string, error) { return "", errors.New("no profile") }
+	if got := userDir("OUTPOST_TEST_XDG", failing, ".config"); got != "" {
+		t.Errorf("platform without a directory: %q, want \"\"", got)
+	}
 }

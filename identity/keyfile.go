@@ -74,7 +74,8 @@ func Load(path string) (Key, error) {
 	return k, nil
 }
 
-// checkKeyFileInfo enforces the key file's type, mode and owner.
+// checkKeyFileInfo enforces the key file's type, mode and owner (mode
+// and owner only where the platform has them: see modeBitsGuard).
 func checkKeyFileInfo(path string, fi fs.FileInfo) error {
 	mode := fi.Mode()
 	switch {
@@ -82,7 +83,7 @@ func checkKeyFileInfo(path string, fi fs.FileInfo) error {
 		return fmt.Errorf("identity: key file %s is a symlink; refusing it: keep the key in a regular file (%w)", path, ErrInsecureKeyFile)
 	case !mode.IsRegular():
 		return fmt.Errorf("identity: key file %s is not a regular file (mode %v) (%w)", path, mode, ErrInsecureKeyFile)
-	case mode.Perm()&^0o600 != 0:
+	case modeBitsGuard && mode.Perm()&^0o600 != 0:
 		return fmt.Errorf("identity: key file %s has permissions %04o, which let group or others access it; run: chmod 600 %s (%w)",
 			path, uint32(mode.Perm()), path, ErrInsecureKeyFile)
 	}

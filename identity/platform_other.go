@@ -1,4 +1,4 @@
-//go:build !unix
+//go:build !unix && !windows
 
 package identity
 
@@ -6,6 +6,9 @@ import (
 	"io/fs"
 	"os"
 )
+
+// modeBitsGuard: the permission bits are checked wherever there are any.
+const modeBitsGuard = true
 
 func openNoFollow(path string) (*os.File, error) { return os.Open(path) }
 

@@ -8,6 +8,10 @@ import (
 	"syscall"
 )
 
+// modeBitsGuard: key and trust files are judged by their permission
+// bits (and owner).
+const modeBitsGuard = true
+
 // openNoFollow opens path read-only without following a final symlink and
 // without blocking (should the path have turned into a FIFO).
 func openNoFollow(path string) (*os.File, error) {

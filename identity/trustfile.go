@@ -9,11 +9,13 @@ import (
 
 // checkTrustFileInfo refuses an allow-list or known-executors file that
 // group or others can write: whoever can write it decides whom we trust.
+// Where permission bits say nothing (Windows: modeBitsGuard), only the
+// file's type is checked.
 func checkTrustFileInfo(kind, path string, fi fs.FileInfo) error {
 	if !fi.Mode().IsRegular() {
 		return fmt.Errorf("identity: %s %s is not a regular file (mode %v)", kind, path, fi.Mode())
 	}
-	if perm := fi.Mode().Perm(); perm&0o022 != 0 {
+	if perm := fi.Mode().Perm(); modeBitsGuard && perm&0o022 != 0 {
 		return fmt.Errorf("identity: %s %s has permissions %04o, which let group or others change it; run: chmod go-w %s",
 			kind, path, uint32(perm), path)
 	}

@@ -1,3 +1,5 @@
+//go:build linux || darwin || freebsd
+
 package remotefs
 
 import (
@@ -12,7 +14,6 @@ import (
 	"strings"
 	"sync"
 	"syscall"
-	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -30,29 +31,6 @@ const (
 	// maxDirEntries bounds one fs/readDirectory.
 	maxDirEntries = 100_000
 )
-
-// Paths translates between a client's paths and this machine's: file:
-// URIs and absolute paths, through the executor's prefix mappings. A
-// *pathmap.Mapper is one.
-type Paths interface {
-	// ToExecutor maps a client's path to a clean native one.
-	ToExecutor(clientPath string) (string, error)
-	// ToClient maps a native path back to the client's spelling.
-	ToClient(executorPath string) string
-}
-
-// Config is what the file system needs from the executor that serves it.
-type Config struct {
-	// Paths translates every path a call names (required).
-	Paths Paths
-	// Hidden are the executor's own secrets, access none under every
-	// policy an fs call carries (see executor.Config.SandboxHidden).
-	Hidden []string
-	// MaxFileBytes bounds a whole-file fs/readFile or fs/writeFile.
-	MaxFileBytes int64
-	// MaxFileHandles bounds a session's open handles.
-	MaxFileHandles int
-}
 
 // Session is one executor session's file system: the fs/* methods and the
 // table of handles fs/open and fs/create add to it, which End closes. Its
@@ -403,7 +381,7 @@ func (r *fsReq) createTemp(shown, p string, mode *uint32) (*fsHandle, error) {
 			d.Close()
 			return nil, r.fsError(shown, syscall.EISDIR)
 		}
-		perm = st.Mode & 0o777
+		perm = uint32(st.Mode) & 0o777
 	}
 	if mode != nil {
 		perm = *mode & 0o777
@@ -542,21 +520,9 @@ func (s *Session) GetMetadata(p protocol.FsPathParams) (any, error) {
 	if !r.allows(d.child(base), false) {
 		return nil, r.denied(p.Path, false)
 	}
-	var stx unix.Statx_t
-	if err := unix.Statx(d.fd, base, unix.AT_SYMLINK_NOFOLLOW, unix.STATX_BASIC_STATS|unix.STATX_BTIME, &stx); err != nil {
+	md, err := statAt(d.fd, base)
+	if err != nil {
 		return nil, r.failed(p.Path, n, false, err)
-	}
-	typ := uint32(stx.Mode) & unix.S_IFMT
-	md := protocol.FsMetadata{
-		IsDirectory:  typ == unix.S_IFDIR,
-		IsFile:       typ == unix.S_IFREG,
-		IsSymlink:    typ == unix.S_IFLNK,
-		Size:         stx.Size,
-		ModifiedAtMs: time.Unix(stx.Mtime.Sec, int64(stx.Mtime.Nsec)).UnixMilli(),
-		Mode:         uint32(stx.Mode) & 0o777,
-	}
-	if stx.Mask&unix.STATX_BTIME != 0 {
-		md.CreatedAtMs = stx.Btime.Sec*1000 + int64(stx.Btime.Nsec)/1e6
 	}
 	if md.IsSymlink {
 		// Read by the same descriptor and name as the stat: the text
@@ -682,7 +648,7 @@ func (s *Session) Copy(p protocol.FsCopyParams) (any, error) {
 		return nil, err
 	}
 	defer in.Close()
-	mode := o.st.Mode & 0o777
+	mode := uint32(o.st.Mode) & 0o777
 	h, err := r.createTemp(p.DestinationPath, dst, &mode)
 	if err != nil {
 		return nil, err

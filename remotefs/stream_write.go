@@ -1,3 +1,5 @@
+//go:build linux || darwin || freebsd
+
 package remotefs
 
 // codex 0.171's streamed writes: fs/open with mode "replace", then

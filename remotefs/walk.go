@@ -1,3 +1,5 @@
+//go:build linux || darwin || freebsd
+
 package remotefs
 
 // fs/walk: a breadth-first listing of a tree, as codex 0.171's exec-server
@@ -32,7 +34,6 @@ package remotefs
 
 import (
 	"container/heap"
-	"encoding/binary"
 	"errors"
 	"path/filepath"
 	"sort"
@@ -279,7 +280,7 @@ func (w *walker) judgeRoot(real string) error {
 
 // walkRoot walks the tree at n.
 func (w *walker) walkRoot(n string) error {
-	fd, err := openat2(unix.AT_FDCWD, n, unix.O_PATH)
+	fd, err := openat2(unix.AT_FDCWD, n, oPathObject)
 	if err != nil {
 		if w.r.pol != nil || len(w.hidden) > 0 {
 			if jerr := w.judgeRoot(realPath(n)); jerr != nil {
@@ -547,7 +548,7 @@ func (w *walker) candidate(fd int, real, name string, typ uint8) (uint8, bool) {
 // linkTarget opens what the symlink name in fd leads to and says where
 // it really is, when the call may look at it.
 func (w *walker) linkTarget(fd int, name string) (walkDir, bool) {
-	tfd, err := openat2(fd, name, unix.O_PATH)
+	tfd, err := openat2(fd, name, oPathObject)
 	if err != nil {
 		return walkDir{}, false
 	}
@@ -620,41 +621,6 @@ func (w *walker) emit(item walkDir, fd int, real string, c walkCand) bool {
 	next.shown, next.depth = shown, item.depth+1
 	w.queue = append(w.queue, next)
 	return true
-}
-
-// readDirents calls fn with each name (not "." or "..") and d_type of
-// the directory fd, until fn returns false.
-func readDirents(fd int, buf []byte, fn func(name string, typ uint8) bool) error {
-	for {
-		n, err := unix.Getdents(fd, buf)
-		if err == unix.EINTR {
-			continue
-		}
-		if err != nil {
-			return err
-		}
-		if n <= 0 {
-			return nil
-		}
-		for off := 0; off+19 <= n; {
-			// struct linux_dirent64: ino u64, off s64, reclen u16, type u8, name.
-			reclen := int(binary.NativeEndian.Uint16(buf[off+16:]))
-			if reclen < 19 || off+reclen > n {
-				return unix.EIO
-			}
-			typ := buf[off+18]
-			name := buf[off+19 : off+reclen]
-			if i := indexNUL(name); i >= 0 {
-				name = name[:i]
-			}
-			off += reclen
-			if s := string(name); s != "." && s != ".." && s != "" {
-				if !fn(s, typ) {
-					return nil
-				}
-			}
-		}
-	}
 }
 
 func indexNUL(b []byte) int {

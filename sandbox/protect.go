@@ -7,7 +7,6 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
-	"syscall"
 )
 
 // Protected names are read-only at any depth below a writable root: a
@@ -90,7 +89,7 @@ func scanProtected(entries []Entry, workspaces, names []string, sharedTempUnscan
 			continue
 		}
 		scanned[root] = true
-		dev := uint64(fi.Sys().(*syscall.Stat_t).Dev)
+		dev := deviceOf(fi)
 		if err := walkProtected(root, dev, isName, &budget, add, 0); err != nil {
 			return nil, nil, err
 		}
@@ -127,8 +126,7 @@ func walkProtected(dir string, dev uint64, isName map[string]bool, budget *int, 
 			if !e.IsDir() {
 				continue
 			}
-			var st syscall.Stat_t
-			if syscall.Lstat(p, &st) != nil || uint64(st.Dev) != dev {
+			if sub, ok := lstatDevice(p); !ok || sub != dev {
 				continue // gone, or another filesystem mounted here
 			}
 			if err := walkProtected(p, dev, isName, budget, add, depth+1); err != nil {

@@ -53,6 +53,7 @@ import (
 
 	"github.com/outpost-exec/outpost/bench/wan/netem"
 	"github.com/outpost-exec/outpost/internal/peers"
+	"github.com/outpost-exec/outpost/internal/procgroup"
 )
 
 var (
@@ -88,7 +89,7 @@ func removeStaleDirs() {
 		if !ok || err != nil || pid <= 0 || pid == os.Getpid() {
 			continue
 		}
-		if syscall.Kill(pid, 0) == nil {
+		if procgroup.Alive(pid) {
 			continue // still running (or the pid was reused: leave it)
 		}
 		if os.RemoveAll(filepath.Join(os.TempDir(), e.Name())) == nil {

@@ -8,11 +8,11 @@ import (
 	"os"
 	"os/exec"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/outpost-exec/outpost/bench/wan/netem"
 	"github.com/outpost-exec/outpost/internal/peers"
+	"github.com/outpost-exec/outpost/internal/procgroup"
 )
 
 // proc is a long-running child (a server) in a namespace.
@@ -29,8 +29,7 @@ type proc struct {
 func command(ctx context.Context, env []string, argv ...string) *exec.Cmd {
 	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
 	cmd.Env = append(os.Environ(), env...)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	procgroup.KillOnCancel(cmd)
 	cmd.WaitDelay = 2 * time.Second
 	return cmd
 }
@@ -99,11 +98,11 @@ func (p *proc) stop() {
 	if p == nil || p.cmd.Process == nil {
 		return
 	}
-	syscall.Kill(-p.cmd.Process.Pid, syscall.SIGTERM)
+	procgroup.Term(p.cmd.Process.Pid)
 	select {
 	case <-p.done:
 	case <-time.After(3 * time.Second):
-		syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
+		procgroup.Kill(p.cmd.Process.Pid)
 		<-p.done
 	}
 }

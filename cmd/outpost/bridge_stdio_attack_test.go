@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/outpost-exec/outpost/internal/procgroup"
 )
 
 // Attacks on `outpost bridge --listen stdio`, the real binary against a
@@ -156,7 +158,7 @@ func (b *stdioBridge) waitExit(within time.Duration) ([]map[string]any, error) {
 func waitGone(t *testing.T, pid int, within time.Duration) {
 	t.Helper()
 	deadline := time.Now().Add(within)
-	for syscall.Kill(pid, 0) == nil {
+	for procgroup.Alive(pid) {
 		if time.Now().After(deadline) {
 			t.Fatalf("process %d still runs %s after the bridge ended", pid, within)
 		}

@@ -18,7 +18,6 @@ import (
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
-	"golang.org/x/sys/unix"
 
 	"github.com/outpost-exec/outpost/client"
 	"github.com/outpost-exec/outpost/internal/tracing"
@@ -170,16 +169,12 @@ func cmdExec(args []string, stdout, stderr io.Writer) int {
 		if err == nil {
 			defer restore()
 		}
-		winch := make(chan os.Signal, 1)
-		signal.Notify(winch, syscall.SIGWINCH)
-		defer signal.Stop(winch)
-		go func() {
-			for range winch {
-				if rows, cols, err := termSize(os.Stdin); err == nil {
-					p.Resize(ctx, rows, cols)
-				}
+		stopWatch := watchResize(func() {
+			if rows, cols, err := termSize(os.Stdin); err == nil {
+				p.Resize(ctx, rows, cols)
 			}
-		}()
+		})
+		defer stopWatch()
 	}
 	// stdin: forwarded; EOF closes the remote stdin.
 	if params.PipeStdin || *tty {
@@ -336,37 +331,4 @@ func closed(ch <-chan struct{}) bool {
 	default:
 		return false
 	}
-}
-
-func isTerminal(f *os.File) bool {
-	_, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)
-	return err == nil
-}
-
-func termSize(f *os.File) (rows, cols uint16, err error) {
-	ws, err := unix.IoctlGetWinsize(int(f.Fd()), unix.TIOCGWINSZ)
-	if err != nil {
-		return 0, 0, err
-	}
-	return ws.Row, ws.Col, nil
-}
-
-// makeRaw puts the terminal in raw mode and returns the restore function.
-func makeRaw(f *os.File) (func(), error) {
-	fd := int(f.Fd())
-	old, err := unix.IoctlGetTermios(fd, unix.TCGETS)
-	if err != nil {
-		return nil, err
-	}
-	raw := *old
-	raw.Iflag &^= unix.IGNBRK | unix.BRKINT | unix.PARMRK | unix.ISTRIP | unix.INLCR | unix.IGNCR | unix.ICRNL | unix.IXON
-	raw.Oflag &^= unix.OPOST
-	raw.Lflag &^= unix.ECHO | unix.ECHONL | unix.ICANON | unix.ISIG | unix.IEXTEN
-	raw.Cflag &^= unix.CSIZE | unix.PARENB
-	raw.Cflag |= unix.CS8
-	raw.Cc[unix.VMIN], raw.Cc[unix.VTIME] = 1, 0
-	if err := unix.IoctlSetTermios(fd, unix.TCSETS, &raw); err != nil {
-		return nil, err
-	}
-	return func() { unix.IoctlSetTermios(fd, unix.TCSETS, old) }, nil
 }

@@ -37,6 +37,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
+	"github.com/outpost-exec/outpost/internal/procgroup"
 	"github.com/outpost-exec/outpost/internal/testdeps"
 )
 
@@ -205,7 +206,7 @@ func (c *Cluster) spawn(m *member, initialCluster string) error {
 	}
 	// If the test binary dies without running its cleanups, the members
 	// die with it rather than linger holding ports.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
+	procgroup.Own(cmd)
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("starting %s: %w", c.bin, err)
 	}

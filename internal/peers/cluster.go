@@ -18,8 +18,9 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
+
+	"github.com/outpost-exec/outpost/internal/procgroup"
 )
 
 // EtcdBinary finds etcd: on $PATH, or /usr/bin/etcd. The error says how
@@ -77,7 +78,7 @@ func StartEtcd(ctx context.Context, dir string) (*Etcd, error) {
 			e.cmd.Env = append(e.cmd.Env, kv)
 		}
 	}
-	e.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	procgroup.Own(e.cmd)
 	if err := e.cmd.Start(); err != nil {
 		return nil, fmt.Errorf("starting %s: %w", bin, err)
 	}
@@ -115,7 +116,7 @@ func (e *Etcd) Stop() {
 	if e.cmd.Process == nil {
 		return
 	}
-	syscall.Kill(-e.cmd.Process.Pid, syscall.SIGKILL)
+	procgroup.Kill(e.cmd.Process.Pid)
 	select {
 	case <-e.done:
 	case <-time.After(5 * time.Second):
@@ -198,7 +199,7 @@ func (s *Server) Kill() error {
 	if s.cmd.Process == nil {
 		return nil
 	}
-	syscall.Kill(-s.cmd.Process.Pid, syscall.SIGKILL)
+	procgroup.Kill(s.cmd.Process.Pid)
 	done := make(chan error, 1)
 	go func() { done <- s.cmd.Wait() }()
 	select {

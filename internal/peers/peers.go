@@ -18,6 +18,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/outpost-exec/outpost/internal/procgroup"
 )
 
 // CodexVersion is the codex release the differential tests and the
@@ -97,7 +99,7 @@ type Server struct {
 func Start(ctx context.Context, env []string, argv ...string) (*Server, error) {
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Env = append(os.Environ(), env...)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	procgroup.Own(cmd)
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		return nil, err
@@ -259,7 +261,7 @@ func (s *Server) Stop() {
 	select {
 	case <-done:
 	case <-time.After(5 * time.Second):
-		syscall.Kill(-s.cmd.Process.Pid, syscall.SIGKILL)
+		procgroup.Kill(s.cmd.Process.Pid)
 		<-done
 	}
 }

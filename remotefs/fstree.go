@@ -1,3 +1,5 @@
+//go:build linux || darwin || freebsd
+
 package remotefs
 
 // Creating, removing and copying trees by descriptors: every step is
@@ -130,7 +132,7 @@ func (r *fsReq) mkdirIn(shown string, d *fsDir, name string, perm uint32) (*fsDi
 	if err := unix.Mkdirat(d.fd, name, perm); err != nil && err != unix.EEXIST {
 		return nil, err
 	}
-	fd, err := unix.Openat(d.fd, name, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	fd, err := unix.Openat(d.fd, name, oPath|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err == unix.ELOOP {
 		err = unix.EEXIST // a symlink where the directory goes
 	}
@@ -373,7 +375,7 @@ func (r *fsReq) copyTree(srcShown, dstShown string, src *fsObject, dst string) e
 	if within(src.path, realPath(dst)) {
 		return r.intoItself(srcShown, dstShown)
 	}
-	perm := src.st.Mode&0o777 | 0o700
+	perm := uint32(src.st.Mode)&0o777 | 0o700
 	d, err := r.mkdirAll(dstShown, dst, perm)
 	if err != nil {
 		return err
@@ -435,7 +437,7 @@ func (r *fsReq) copyEntry(fd int, from, name string, d *fsDir, depth int, budget
 		}
 		return r.fsError(from, err)
 	}
-	perm := st.Mode & 0o777
+	perm := uint32(st.Mode) & 0o777
 	switch st.Mode & unix.S_IFMT {
 	case unix.S_IFDIR:
 		if depth >= maxTreeDepth {
