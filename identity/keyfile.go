@@ -60,6 +60,9 @@ func Load(path string) (Key, error) {
 	if err := checkKeyFileInfo(path, fi); err != nil {
 		return Key{}, err
 	}
+	if err := checkKeyFileACL(f, path); err != nil {
+		return Key{}, err
+	}
 	data, err := io.ReadAll(io.LimitReader(f, maxKeyFileSize+1))
 	if err != nil {
 		return Key{}, fmt.Errorf("identity: key file: %w", err)
@@ -140,6 +143,10 @@ func writeNewFile(path string, data []byte) (won bool, err error) {
 		tmp.Close()
 		return false, err
 	}
+	if err := restrictToUser(tmp); err != nil {
+		tmp.Close()
+		return false, err
+	}
 	if _, err := tmp.Write(data); err != nil {
 		tmp.Close()
 		return false, err
@@ -175,7 +182,10 @@ func writeExclusive(path string, data []byte) (won bool, err error) {
 		}
 		return false, err
 	}
-	_, err = f.Write(data)
+	err = restrictToUser(f)
+	if err == nil {
+		_, err = f.Write(data)
+	}
 	if err == nil {
 		err = f.Sync()
 	}

@@ -148,6 +148,15 @@ func (k *KnownExecutors) Pin(addr string, key PublicKey) error {
 	if err := checkTrustFileInfo("known executors file", k.path, fi); err != nil {
 		return err
 	}
+	if fi.Size() == 0 {
+		// New (or empty): private to the user, as mode 0600 makes it on Unix.
+		if err := restrictToUser(f); err != nil {
+			return fmt.Errorf("identity: known executors file: %w", err)
+		}
+	}
+	if err := checkTrustFileACL(f, "known executors file", k.path); err != nil {
+		return err
+	}
 	data, err := io.ReadAll(f) // the offset starts at 0; writes still go to the end
 	if err != nil {
 		return fmt.Errorf("identity: known executors file: %w", err)

@@ -10,14 +10,7 @@ import (
 // modeBitsGuard is false on Windows: access is decided by ACLs, and the
 // permission bits Go reports (0666, or 0444 for a read-only file) say
 // nothing about who else may read a key file or edit a trust file. The
-// mode checks are skipped there rather than refusing every file.
-//
-// TODO(windows): check the file's ACL instead (GetNamedSecurityInfo):
-// refuse a key file any trustee but the owner, SYSTEM and Administrators
-// may read, or a trust file they may write; and create key files with a
-// protected DACL granting only the current user. Until then a key file
-// is as private as the directory it is in (%AppData% by default,
-// private to the user on a standard install).
+// mode checks give way to the ACL checks of acl_windows.go.
 const modeBitsGuard = false
 
 // openNoFollow opens path read-only without following a final symlink or
@@ -40,8 +33,8 @@ func openNoFollow(path string) (*os.File, error) {
 // isSymlinkLoop: openNoFollow opens a link rather than failing on it.
 func isSymlinkLoop(error) bool { return false }
 
-// fileOwner: Windows files have an owner SID, not a uid; see the TODO at
-// modeBitsGuard.
+// fileOwner: Windows files have an owner SID, not a uid; the ACL checks
+// (acl_windows.go) judge it.
 func fileOwner(fs.FileInfo) (int, bool) { return 0, false }
 
 // lockOffset is where lockFile's one-byte lock sits: Windows locks are

@@ -37,6 +37,9 @@ func readTrustFile(kind, path string) ([]byte, error) {
 	if err := checkTrustFileInfo(kind, path, fi); err != nil {
 		return nil, err
 	}
+	if err := checkTrustFileACL(f, kind, path); err != nil {
+		return nil, err
+	}
 	var buf bytes.Buffer
 	if _, err := buf.ReadFrom(f); err != nil {
 		return nil, fmt.Errorf("identity: %s: %w", kind, err)

@@ -53,6 +53,7 @@ var Classes = map[string]string{
 	"cgroup":        "a writable cgroup v2 for per-command cgroups: cgroup, engine, executor, cmd/outpost",
 	"cgroup-limits": "the memory and pids controllers in that cgroup v2 (the e2e VM has them): cgroup",
 	"netns":         "root, iproute2 and /dev/net/tun for network namespaces: bench/wan/netem",
+	"wine":          "Wine and the MinGW-w64 binutils (apt-get install wine64 binutils-mingw-w64-x86-64): the Windows binaries' tests under internal/wine",
 }
 
 // Names returns the known classes, sorted.
