@@ -358,12 +358,15 @@ func codexCLIMatrix(t *testing.T, bin, version, cli string, shell hostShell) {
 	// executor side's host like the ws row (a new one each run).
 	hostStdio := newExecutorHost(t, shell)
 	stdioServe := hostStdio.argv(bin, "executor", "serve", "--listen", "stdio", "--log-level", "warn")
-	for _, srv := range []execServer{
+	rows := []execServer{
 		{name: "outpost", url: ours.URL, pid: ours.Pid(), version: version, cli: cli, host: hostOurs, another: startOurs},
 		{name: "outpost-stdio", version: version, cli: cli, host: hostStdio, stdio: stdioServe, stdioEnv: hostStdio.env, pidFile: filepath.Join(t.TempDir(), "pid")},
 		{name: "outpost-bridge-relay", url: chain.URL, pid: chain.Executor.Pid(), version: version, cli: cli, host: hostChain},
 		{name: "outpost-bridge-stdio-relay", pid: chain.Executor.Pid(), version: version, cli: cli, host: hostChain, stdio: stdioBridge, stdioEnv: chain.Env},
-	} {
+	}
+	// The same chain's executor through outpost.exe's bridge under Wine.
+	rows = append(rows, wineBridgeRows(t, version, cli, chain, hostChain)...)
+	for _, srv := range rows {
 		t.Run(srv.name, func(t *testing.T) {
 			t.Parallel()
 			for _, c := range codexCLICases {

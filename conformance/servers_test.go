@@ -2,6 +2,7 @@ package conformance
 
 import (
 	"context"
+	"github.com/outpost-exec/outpost/internal/wine"
 	"os"
 	"sync"
 	"testing"
@@ -19,6 +20,7 @@ var built struct {
 
 func TestMain(m *testing.M) {
 	code := m.Run()
+	wine.Cleanup()
 	if built.dir != "" {
 		os.RemoveAll(built.dir)
 	}

@@ -59,7 +59,7 @@ func commandTable() []command {
 		{path: "token revoke", operands: "[flags] ID", summary: "revoke a token", run: token("revoke")},
 		{path: "executors ls", operands: "[flags]", summary: "list the executors a client token may reach", run: cmdExecutorsLs},
 		{path: "executors revoke", operands: "[flags] ID", summary: "on the relay: unbind an id and revoke its (stolen) key for good", run: cmdExecutorsRevoke},
-		{path: "completion", operands: "bash|zsh|fish", summary: "print a shell completion script", run: cmdCompletion, complete: func() []string { return slices.Clone(completionShells) }},
+		{path: "completion", operands: "bash|zsh|fish|powershell", summary: "print a shell completion script", run: cmdCompletion, complete: func() []string { return slices.Clone(completionShells) }},
 		{path: "man", operands: "", summary: "print the man page outpost(1) as roff", run: cmdMan},
 		{path: "version", operands: "", summary: "print the version, with the commit and its date", run: cmdVersion},
 		{path: "help", operands: "[COMMAND]", summary: "print this help, or a command's", run: cmdHelp, complete: topLevelNames},

@@ -9,9 +9,10 @@ import (
 )
 
 // completionShells are the shells `outpost completion` writes for.
-var completionShells = []string{"bash", "zsh", "fish"}
+// "pwsh" is taken as well, for powershell, but not offered.
+var completionShells = []string{"bash", "zsh", "fish", "powershell"}
 
-const completionHelp = `usage: outpost completion bash|zsh|fish
+const completionHelp = `usage: outpost completion bash|zsh|fish|powershell
 
 Prints a completion script for the shell, made from outpost's own command
 definitions: it completes commands, each command's flags, and the values
@@ -21,6 +22,9 @@ of flags that take one of a few (--sandbox, --log-format, ...).
          (or: source <(outpost completion bash) in ~/.bashrc)
   zsh:   outpost completion zsh > "${fpath[1]}/_outpost"   (then: compinit)
   fish:  outpost completion fish > ~/.config/fish/completions/outpost.fish
+  powershell (or pwsh):
+         outpost completion powershell >> $PROFILE
+         (or: outpost completion powershell | Out-String | Invoke-Expression)
 `
 
 func cmdCompletion(args []string, stdout, stderr io.Writer) int {
@@ -30,7 +34,11 @@ func cmdCompletion(args []string, stdout, stderr io.Writer) int {
 	if code, ok := parseArgs(fs, args, stdout); !ok {
 		return code
 	}
-	if fs.NArg() != 1 || !slices.Contains(completionShells, fs.Arg(0)) {
+	shell := fs.Arg(0)
+	if shell == "pwsh" {
+		shell = "powershell"
+	}
+	if fs.NArg() != 1 || !slices.Contains(completionShells, shell) {
 		fs.Usage()
 		return exitUsage
 	}
@@ -39,13 +47,15 @@ func cmdCompletion(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "outpost:", err)
 		return 1
 	}
-	switch fs.Arg(0) {
+	switch shell {
 	case "bash":
 		io.WriteString(stdout, bashCompletion(cmds))
 	case "zsh":
 		io.WriteString(stdout, zshCompletion(cmds))
 	case "fish":
 		io.WriteString(stdout, fishCompletion(cmds))
+	case "powershell":
+		io.WriteString(stdout, powershellCompletion(cmds))
 	}
 	return 0
 }

@@ -93,7 +93,7 @@ func TestBashCompletionCompletesCommandsFlagsAndValues(t *testing.T) {
 		{[]string{"outpost", "exec", "--", "--sa"}, nil},
 		{[]string{"outpost", "cp", "--t"}, []string{"--target", "--token"}},
 		{[]string{"outpost", "cp", "-r"}, []string{"-r"}},
-		{[]string{"outpost", "completion", ""}, []string{"bash", "fish", "zsh"}},
+		{[]string{"outpost", "completion", ""}, []string{"bash", "fish", "powershell", "zsh"}},
 		{[]string{"outpost", "help", "exe"}, []string{"exec", "executor", "executors"}},
 		{[]string{"outpost", "nope", ""}, nil},
 	} {

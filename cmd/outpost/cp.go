@@ -8,11 +8,13 @@ import (
 	iofs "io/fs"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync/atomic"
 	"syscall"
 	"time"
+	"unicode/utf8"
 
 	"github.com/outpost-exec/outpost/client"
 	"github.com/outpost-exec/outpost/protocol"
@@ -28,10 +30,16 @@ type cpOperand struct {
 }
 
 // parseOperand: "ID:/p" and ":/p" are remote; anything whose part before
-// the first ':' holds a '/' (or that has no ':') is local.
+// the first ':' holds a path separator (or that has no ':') is local. On
+// Windows a path with a volume name — a drive letter (C:\x, C:/x, C:x) or
+// a UNC share (\\host\share) — is local too, and '\' separates as '/'
+// does: there an executor whose id is one letter is out of cp's reach.
 func parseOperand(s string) cpOperand {
+	if filepath.VolumeName(s) != "" {
+		return cpOperand{path: s}
+	}
 	i := strings.IndexByte(s, ':')
-	if i < 0 || strings.ContainsRune(s[:i], '/') {
+	if i < 0 || strings.IndexFunc(s[:i], func(r rune) bool { return r < utf8.RuneSelf && os.IsPathSeparator(byte(r)) }) >= 0 {
 		return cpOperand{path: s}
 	}
 	return cpOperand{remote: true, executor: s[:i], path: s[i+1:]}

@@ -26,6 +26,7 @@ import (
 	"github.com/outpost-exec/outpost/client"
 	"github.com/outpost-exec/outpost/identity"
 	"github.com/outpost-exec/outpost/internal/testdeps"
+	"github.com/outpost-exec/outpost/internal/wine"
 	"github.com/outpost-exec/outpost/protocol"
 	"github.com/outpost-exec/outpost/sandbox"
 )
@@ -47,6 +48,7 @@ func TestMain(m *testing.M) {
 		panic(string(out))
 	}
 	code := m.Run()
+	wine.Cleanup()
 	os.RemoveAll(dir)
 	os.Exit(code)
 }

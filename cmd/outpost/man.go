@@ -149,6 +149,6 @@ func manPage(cmds []commandInfo) string {
 		line("%s", roff(e.meaning))
 	}
 	line(".SH SEE ALSO")
-	line("%s", roff(`"outpost help COMMAND"; shell completion: "outpost completion bash|zsh|fish".`))
+	line("%s", roff(`"outpost help COMMAND"; shell completion: "outpost completion bash|zsh|fish|powershell".`))
 	return b.String()
 }
