@@ -1,7 +1,7 @@
 # outpost — build, test, benchmark.
 GO ?= go
 
-.PHONY: all build test fmt-check vet unit testsummary demo bench bench-wan fuzz e2e vm-kernel soak cross-check
+.PHONY: all build test fmt-check vet unit testsummary demo bench bench-wan fuzz e2e vm-kernel soak cross-check release go-install-check
 
 all: build
 
@@ -87,3 +87,18 @@ soak:
 # fewer). Not part of test: it takes minutes per target on a cold cache.
 cross-check:
 	bash scripts/cross-check.sh $(TARGETS)
+
+# --- release (scripts/release.sh, scripts/go-install-check.sh; docs/install.md)
+# The release archives of this commit in dist/: per target a static
+# outpost_<version>_<os>_<arch>.tar.gz (.zip for windows), its SPDX SBOM
+# and checksums.txt; byte-for-byte the same for the same commit. All seven
+# targets take a few minutes cold; TARGETS="goos/goarch ..." for fewer.
+release:
+	bash scripts/release.sh $(TARGETS)
+
+# go install github.com/outpost-exec/outpost/cmd/outpost@latest and a
+# client SDK program, from a file:// proxy of this checkout with a fresh
+# GOPATH, offline (about 1 to 2 minutes).
+go-install-check:
+	bash scripts/go-install-check.sh
+# --- end release
