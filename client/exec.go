@@ -18,6 +18,9 @@ const (
 	DefaultExecTimeout = 10 * time.Second
 	DefaultOutputCap   = 1 << 20
 	DefaultDrain       = 2 * time.Second
+	// StartTimeout bounds Exec's process/start, which its ctx does not
+	// cut short.
+	StartTimeout = 30 * time.Second
 	// TimeoutExitCode is the exit code of a command stopped by its timeout.
 	TimeoutExitCode = 124
 )
@@ -45,6 +48,11 @@ type ExecRequest struct {
 	// Drain is how long to wait after exit for the streams to close
 	// (default 2 s).
 	Drain time.Duration
+	// OnOutput, when set, is called with each chunk of output as it
+	// arrives, before it is capped (an MCP server's progress
+	// notifications). It runs on Exec's goroutine: a slow OnOutput slows
+	// the reading of the command's output, never loses it.
+	OnOutput func(stream protocol.Stream, data []byte)
 }
 
 // CappedOutput is a stream kept within a cap: its head and tail and the
@@ -213,8 +221,17 @@ func Exec(ctx context.Context, env Environment, req ExecRequest) (ExecResult, er
 	if req.InheritEnv {
 		params.EnvPolicy = &protocol.EnvPolicy{Inherit: protocol.InheritCore}
 	}
+	if err := ctx.Err(); err != nil {
+		return ExecResult{}, &TimeoutError{Timeout: timeout}
+	}
 	start := time.Now()
-	p, err := env.Start(ctx, params)
+	// The start itself is not cut short by ctx: a process/start the
+	// executor has acted on, whose answer is lost to a cancellation, would
+	// leave a command running that no one can stop. A ctx that ends
+	// during the start terminates the command just after it, below.
+	sctx, cancelStart := context.WithTimeout(context.WithoutCancel(ctx), StartTimeout)
+	p, err := env.Start(sctx, params)
+	cancelStart()
 	if err != nil {
 		return ExecResult{}, classifyStartError(err)
 	}
@@ -267,6 +284,9 @@ func Exec(ctx context.Context, env Environment, req ExecRequest) (ExecResult, er
 					stdout.write(ev.Data)
 				}
 				all.write(ev.Data)
+				if req.OnOutput != nil {
+					req.OnOutput(ev.Stream, ev.Data)
+				}
 			case EventExited:
 				exited = true
 				res.ExitCode, res.Signal, res.SandboxDenied, res.Limit = int(ev.ExitCode), int(ev.Signal), ev.SandboxDenied, ev.Limit

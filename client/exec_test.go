@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/outpost-exec/outpost/internal/testdeps"
+	"github.com/outpost-exec/outpost/protocol"
 	"github.com/outpost-exec/outpost/sandbox"
 )
 
@@ -189,5 +190,43 @@ func TestCapBufferKeepsHeadAndTailAcrossWrites(t *testing.T) {
 	small.write([]byte("abc"))
 	if r := small.result(); r.Truncated() || r.String() != "abc" {
 		t.Fatalf("%+v", r)
+	}
+}
+
+// cancelDuringStart ends the caller's ctx while process/start is on its
+// way, as an MCP client's notifications/cancelled may.
+type cancelDuringStart struct {
+	Environment
+	cancel context.CancelFunc
+}
+
+func (c cancelDuringStart) Start(ctx context.Context, params protocol.ExecParams) (*Process, error) {
+	c.cancel()
+	return c.Environment.Start(ctx, params)
+}
+
+// A ctx that ends while the start is in flight must not orphan the
+// command: the start completes and the command is terminated at once.
+func TestExecCancelledDuringTheStartTerminatesTheCommand(t *testing.T) {
+	ctx, cancel := context.WithCancel(ctxT(t))
+	dir := t.TempDir()
+	res, err := Exec(ctx, cancelDuringStart{localEnv(t), cancel}, ExecRequest{Argv: sh("echo $$ > " + dir + "/pid; exec sleep 30"), Env: testEnv, Timeout: -1})
+	var te *TimeoutError
+	if !errors.As(err, &te) || !res.TimedOut {
+		t.Fatalf("%+v %v", res, err)
+	}
+	b, _ := os.ReadFile(dir + "/pid")
+	pid, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+	for deadline := time.Now().Add(testTimeout); pid > 0 && processExists(pid); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the command %d still runs after the cancellation", pid)
+		}
+	}
+	// A ctx already ended starts nothing.
+	if _, err := Exec(ctx, localEnv(t), ExecRequest{Argv: sh("touch " + dir + "/started")}); !errors.As(err, &te) {
+		t.Fatalf("a cancelled Exec: %v", err)
+	}
+	if _, err := os.Stat(dir + "/started"); err == nil {
+		t.Fatal("a cancelled Exec started its command")
 	}
 }
