@@ -48,6 +48,7 @@ func commandTable() []command {
 		{path: "exec", operands: "[flags] -- CMD [ARGS...]", summary: "run a command on an executor (or this machine) and exit with its status", run: cmdExec},
 		{path: "cp", operands: "[flags] SRC DST", summary: "copy files to or from an executor (EXECUTOR:PATH or :PATH), checked end to end", run: cmdCp},
 		{path: "bridge", operands: "[flags]", summary: "serve codex's exec-server protocol (ws://) for one executor, reached over Noise directly or through a relay", run: cmdBridge},
+		{path: "mcp", operands: "[flags]", summary: "serve the Model Context Protocol (stdio or --listen http://127.0.0.1:PORT/mcp): run, start/read, files, for MCP agents", run: cmdMcp},
 		{path: "executor serve", operands: "[flags]", summary: "serve processes (--listen tcp://HOST:PORT | unix:///path | ws://IP:PORT | stdio)", run: cmdExecutorServe},
 		{path: "executor doctor", operands: "[flags]", summary: "print what this machine's sandbox can enforce", run: cmdDoctor},
 		{path: "executor join", operands: "[flags]", summary: "join a relay (--relay URL --token T --id NAME) and serve its clients", run: cmdExecutorJoin},
