@@ -26,6 +26,7 @@ type Server struct {
 	mu       sync.Mutex
 	sessions map[*mcp.ServerSession]*session
 	closed   bool
+	ending   sync.WaitGroup // sessions whose processes are being terminated
 }
 
 // New builds a Server; cfg's zero fields are filled from DefaultConfig
@@ -108,6 +109,10 @@ func (s *Server) Close() error {
 	for _, ss := range sessions {
 		ss.end()
 	}
+	// A session that closed just before (stdin's end, as ServeStdio
+	// returns) may still be terminating its processes: they need the
+	// connections a little longer.
+	s.ending.Wait()
 	for _, c := range s.conns {
 		c.close()
 	}
@@ -131,9 +136,16 @@ func (s *Server) session(ms *mcp.ServerSession) (*session, error) {
 		go func() {
 			ms.Wait()
 			s.mu.Lock()
-			delete(s.sessions, ms)
+			_, mine := s.sessions[ms]
+			if mine { // not already taken by Close
+				delete(s.sessions, ms)
+				s.ending.Add(1)
+			}
 			s.mu.Unlock()
-			ss.end()
+			if mine {
+				ss.end()
+				s.ending.Done()
+			}
 		}()
 	}
 	return ss, nil

@@ -39,6 +39,7 @@ var Classes = map[string]string{
 	"docker":        "a running Docker engine, its socket and docker-compose (apt-get install docker.io docker-compose): e2e",
 	"busybox":       "busybox-static (apt-get install busybox-static): e2e's image and VM",
 	"codex":         "the real codex releases of internal/peers.CodexVersions (scripts/install-codex.sh): conformance",
+	"mcp-inspector": "node and the official MCP Inspector CLI, npm @modelcontextprotocol/inspector-cli (scripts/install-mcp-inspector.sh): cmd/outpost's outpost mcp tests",
 	"bash":          "bash: cmd/outpost's completion test",
 	"zsh":           "zsh (apt-get install zsh): cmd/outpost's completion test",
 	"fish":          "fish (apt-get install fish): cmd/outpost's completion test",
