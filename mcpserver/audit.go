@@ -19,7 +19,7 @@ import (
 
 // KindMeta is the _meta key of a failed call's result that names the
 // error's kind (invalid_argument, not_allowed, unknown_executor,
-// unknown_handle, too_many_handles, edit_mismatch, unavailable, or an
+// unknown_handle, too_many_handles, edit_mismatch, busy, unavailable, or an
 // executor's kind such as not_found and permission), so an MCP client
 // decides on it without reading the message.
 const KindMeta = "outpost/kind"
@@ -54,7 +54,25 @@ func (s *Server) auditMiddleware(next mcp.MethodHandler) mcp.MethodHandler {
 		rec := &auditRecord{}
 		ctx = context.WithValue(ctx, auditKey{}, rec)
 		start := time.Now()
-		res, err := next(ctx, method, req)
+		var res mcp.Result
+		var err error
+		if sess, serr := s.session(call.Session); serr != nil {
+			res = failed(serr)
+			rec.err = serr
+		} else {
+			slots := sess.calls
+			if controlTools[call.Params.Name] {
+				slots = sess.control
+			}
+			select {
+			case slots <- struct{}{}:
+				res, err = next(ctx, method, req)
+				<-slots
+			default:
+				rec.err = errorf(ErrBusy, "this session has %d tool calls in flight, the most it may: wait for one to finish", MaxConcurrentCalls)
+				res = failed(rec.err)
+			}
+		}
 		fields := []zap.Field{zap.String("tool", call.Params.Name), zap.String("executor", rec.executor)}
 		fields = append(fields, rec.fields...)
 		fields = append(fields, zap.Duration("took", time.Since(start)))
@@ -83,6 +101,17 @@ func (s *Server) auditMiddleware(next mcp.MethodHandler) mcp.MethodHandler {
 	}
 }
 
+// controlTools have slots of their own (MaxControlCalls), so that a
+// session whose calls all wait (reads, runs) can still stop them.
+var controlTools = map[string]bool{"terminate": true, "signal": true, "list": true}
+
+// failed is a tool error result (its kind is added by the caller).
+func failed(err error) *mcp.CallToolResult {
+	r := &mcp.CallToolResult{}
+	r.SetError(err)
+	return r
+}
+
 func errorText(r *mcp.CallToolResult) string {
 	for _, c := range r.Content {
 		if t, ok := c.(*mcp.TextContent); ok {
@@ -101,7 +130,7 @@ func kindName(err error) string {
 		{ErrInvalidArgument, "invalid_argument"}, {ErrUnknownExecutor, "unknown_executor"},
 		{ErrNotAllowed, "not_allowed"}, {ErrUnknownHandle, "unknown_handle"},
 		{ErrTooManyHandles, "too_many_handles"}, {ErrEditMismatch, "edit_mismatch"},
-		{ErrUnavailable, "unavailable"},
+		{ErrUnavailable, "unavailable"}, {ErrBusy, "busy"},
 	} {
 		if errors.Is(err, k.err) {
 			return k.name

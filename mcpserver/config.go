@@ -18,6 +18,9 @@ import (
 const (
 	DefaultMaxHandles    = 16
 	MaxMessageBytes      = 8 << 20
+	DefaultMaxSessions   = 64
+	MaxConcurrentCalls   = 32
+	MaxControlCalls      = 8
 	HandleOutput         = 1 << 20
 	DefaultOutputBytes   = 32 << 10
 	MaxOutputBytes       = 1 << 20
@@ -76,6 +79,10 @@ type Config struct {
 	ReadOnly bool
 	// MaxHandles bounds a session's handles (default DefaultMaxHandles).
 	MaxHandles int
+	// MaxSessions bounds the MCP sessions open at once (default
+	// DefaultMaxSessions); over HTTP a new session past it is refused
+	// with 503.
+	MaxSessions int
 	// MaxTimeout bounds run's timeout_ms (default DefaultMaxTimeout).
 	MaxTimeout time.Duration
 	// Log receives an audit line per tool call (default: none).
@@ -91,6 +98,7 @@ func DefaultConfig() Config {
 		DefaultSandbox:   string(sandbox.ModeWorkspaceWrite),
 		AllowedSandboxes: []string{string(sandbox.ModeReadOnly), string(sandbox.ModeWorkspaceWrite)},
 		MaxHandles:       DefaultMaxHandles,
+		MaxSessions:      DefaultMaxSessions,
 		MaxTimeout:       DefaultMaxTimeout,
 		Log:              zap.NewNop(),
 		Name:             "outpost",
@@ -112,6 +120,9 @@ func (c *Config) fill() {
 	}
 	if c.MaxTimeout == 0 {
 		c.MaxTimeout = d.MaxTimeout
+	}
+	if c.MaxSessions == 0 {
+		c.MaxSessions = DefaultMaxSessions
 	}
 	if c.Log == nil {
 		c.Log = d.Log
@@ -159,6 +170,9 @@ func (c Config) Validate() error {
 	}
 	if c.MaxHandles < 1 || c.MaxHandles > 1024 {
 		return fmt.Errorf("mcpserver: MaxHandles %d: want 1 to 1024", c.MaxHandles)
+	}
+	if c.MaxSessions < 1 || c.MaxSessions > 100000 {
+		return fmt.Errorf("mcpserver: MaxSessions %d: want 1 to 100000", c.MaxSessions)
 	}
 	if c.MaxTimeout <= 0 {
 		return fmt.Errorf("mcpserver: MaxTimeout must be positive")

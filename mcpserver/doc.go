@@ -46,6 +46,13 @@
 //
 // # Bounds
 //
+//	MaxSessions         MCP sessions open at once (64; over HTTP a new
+//	                    one past it gets 503)
+//	MaxConcurrentCalls  tool calls in flight per session (32; more are
+//	                    refused, kind busy), plus MaxControlCalls (8)
+//	                    for terminate, signal and list
+//	MaxMessageBytes     one JSON-RPC message, stdio line or HTTP body
+//	                    (8 MiB)
 //	MaxHandles          live start handles per MCP session (16)
 //	HandleOutput        output kept per handle for read (1 MiB; older
 //	                    bytes are dropped and counted)

@@ -28,6 +28,9 @@ var (
 	// ErrEditMismatch: edit_file found old_string a different number of
 	// times than expected.
 	ErrEditMismatch = errors.New("edit does not match")
+	// ErrBusy: the session has MaxConcurrentCalls calls in flight, or the
+	// server MaxSessions sessions.
+	ErrBusy = errors.New("busy")
 	// ErrUnavailable: the executor could not be reached.
 	ErrUnavailable = errors.New("executor unavailable")
 )

@@ -21,8 +21,12 @@ func unreachable(context.Context) (client.Environment, error) {
 }
 
 func httpServer(t *testing.T, token string) *httptest.Server {
+	return httpServerWith(t, token, 0)
+}
+
+func httpServerWith(t *testing.T, token string, maxSessions int) *httptest.Server {
 	t.Helper()
-	srv, err := New(Config{Executors: []Executor{{ID: "e1", Dial: unreachable}}, Workspace: "/"})
+	srv, err := New(Config{Executors: []Executor{{ID: "e1", Dial: unreachable}}, Workspace: "/", MaxSessions: maxSessions})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -129,5 +133,61 @@ func TestConfigRefusesWhatCannotWork(t *testing.T) {
 		if _, err := New(c); err == nil {
 			t.Errorf("%s: accepted", name)
 		}
+	}
+}
+
+func TestHTTPBoundsTheSessions(t *testing.T) {
+	hs := httpServerWith(t, "tok", 2)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	connect := func() (*mcp.ClientSession, error) {
+		c := mcp.NewClient(&mcp.Implementation{Name: "t", Version: "1"}, nil)
+		return c.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: hs.URL, HTTPClient: &http.Client{Transport: bearerTransport{"tok"}}, MaxRetries: -1}, nil)
+	}
+	a, err := connect()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.Close() })
+	b, err := connect()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	if c, err := connect(); err == nil {
+		c.Close()
+		t.Fatal("a third session was opened past MaxSessions 2")
+	}
+	res := post(t, hs.URL, map[string]string{"Authorization": "Bearer tok"})
+	if res.StatusCode != http.StatusServiceUnavailable {
+		t.Fatalf("a new session past the bound: status %d", res.StatusCode)
+	}
+	// The sessions already open still work, and closing one makes room.
+	if _, err := b.ListTools(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	a.Close() // DELETE; the server forgets the session as it closes
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		c, err := connect()
+		if err == nil {
+			c.Close()
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after a session closed: %v", err)
+		}
+	}
+}
+
+// Sessions opened with initialize and never initialized are bounded too.
+func TestHTTPBoundsSessionsNeverInitialized(t *testing.T) {
+	hs := httpServerWith(t, "tok", 2)
+	for i := range 4 {
+		if res := post(t, hs.URL, map[string]string{"Authorization": "Bearer tok"}); res.StatusCode != http.StatusOK {
+			t.Fatalf("initialize %d: status %d", i, res.StatusCode)
+		}
+	}
+	if res := post(t, hs.URL, map[string]string{"Authorization": "Bearer tok"}); res.StatusCode != http.StatusServiceUnavailable {
+		t.Fatalf("initialize past twice MaxSessions: status %d", res.StatusCode)
 	}
 }

@@ -21,13 +21,18 @@ import (
 type session struct {
 	max int
 
+	calls   chan struct{} // a token per call in flight
+	control chan struct{} // the same for controlTools
+
 	mu      sync.Mutex
 	handles map[string]*handle
 	next    int
 	ended   bool
 }
 
-func newSession(max int) *session { return &session{max: max, handles: map[string]*handle{}} }
+func newSession(max int) *session {
+	return &session{max: max, handles: map[string]*handle{}, calls: make(chan struct{}, MaxConcurrentCalls), control: make(chan struct{}, MaxControlCalls)}
+}
 
 // add registers a process under a new handle. At the bound, the oldest
 // finished handle is forgotten to make room; with every handle live, the

@@ -27,6 +27,11 @@ type Server struct {
 	sessions map[*mcp.ServerSession]*session
 	closed   bool
 	ending   sync.WaitGroup // sessions whose processes are being terminated
+
+	standalone chan struct{} // HTTP requests in flight without a session
+	// live are the sessions initialized and not yet closed (what
+	// MaxSessions counts; a standalone request's session never is).
+	live map[*mcp.ServerSession]bool
 }
 
 // New builds a Server; cfg's zero fields are filled from DefaultConfig
@@ -36,7 +41,7 @@ func New(cfg Config) (*Server, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, conns: map[string]*conn{}, sessions: map[*mcp.ServerSession]*session{}}
+	s := &Server{cfg: cfg, conns: map[string]*conn{}, sessions: map[*mcp.ServerSession]*session{}, standalone: make(chan struct{}, cfg.MaxSessions), live: map[*mcp.ServerSession]bool{}}
 	for _, e := range cfg.Executors {
 		s.conns[e.ID] = &conn{ex: e}
 		s.order = append(s.order, e.ID)
@@ -44,6 +49,18 @@ func New(cfg Config) (*Server, error) {
 	s.mcp = mcp.NewServer(&mcp.Implementation{Name: cfg.Name, Title: "outpost: remote executors", Version: cfg.Version}, &mcp.ServerOptions{
 		Instructions: instructions,
 		Capabilities: &mcp.ServerCapabilities{Tools: &mcp.ToolCapabilities{}},
+		InitializedHandler: func(_ context.Context, req *mcp.InitializedRequest) {
+			ms := req.Session
+			s.mu.Lock()
+			s.live[ms] = true
+			s.mu.Unlock()
+			go func() {
+				ms.Wait()
+				s.mu.Lock()
+				delete(s.live, ms)
+				s.mu.Unlock()
+			}()
+		},
 	})
 	s.mcp.AddReceivingMiddleware(s.auditMiddleware)
 	s.addTools()
@@ -92,7 +109,52 @@ func (s *Server) HTTPHandler(opts HTTPOptions) http.Handler {
 		MaxRequestBodyBytes: MaxMessageBytes,
 	})
 	cop := http.NewCrossOriginProtection()
-	return bearer(opts.Token, originCheck(cop.Handler(h)))
+	return bearer(opts.Token, originCheck(s.sessionLimit(cop.Handler(h))))
+}
+
+// sessionLimit bounds what requests without Mcp-Session-Id may open.
+// Under protocol versions before 2026-07-28 such a POST opens a session:
+// refused with 503 while MaxSessions are open. From 2026-07-28 a request
+// may stand alone (its session lives as long as the request): at most
+// MaxSessions of those are served at once.
+func (s *Server) sessionLimit(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPost || r.Header.Get("Mcp-Session-Id") != "" {
+			next.ServeHTTP(w, r)
+			return
+		}
+		busy := func(what string) {
+			w.Header().Set("Retry-After", "5")
+			http.Error(w, "outpost mcp: "+what, http.StatusServiceUnavailable)
+		}
+		if v := r.Header.Get("Mcp-Protocol-Version"); v >= "2026-07-28" {
+			select {
+			case s.standalone <- struct{}{}:
+				defer func() { <-s.standalone }()
+			default:
+				busy(fmt.Sprintf("%d requests without a session are in flight, the most this server takes", cap(s.standalone)))
+				return
+			}
+			next.ServeHTTP(w, r)
+			return
+		}
+		s.mu.Lock()
+		n := len(s.live)
+		s.mu.Unlock()
+		// Sessions opened but never initialized are bounded too, with
+		// room for a standalone request's session still on its way out.
+		all := 0
+		for ss := range s.mcp.Sessions() {
+			if ss.ID() != "" {
+				all++
+			}
+		}
+		if n >= s.cfg.MaxSessions || all >= 2*s.cfg.MaxSessions {
+			busy(fmt.Sprintf("%d sessions are open, the most this server takes", n))
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
 }
 
 // Close terminates every session's processes and closes the executor

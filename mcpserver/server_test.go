@@ -661,3 +661,29 @@ func TestExecutorsToolReportsReachability(t *testing.T) {
 	}
 	h.fails("run", map[string]any{"argv": []string{"true"}, "executor": "e2"}, "unavailable")
 }
+
+func TestConcurrentCallsPerSessionAreBounded(t *testing.T) {
+	requireSandbox(t)
+	h := newHarness(t, nil)
+	var st startResult
+	h.ok("start", map[string]any{"argv": []string{"sleep", "60"}}, &st)
+	var wg sync.WaitGroup
+	for range MaxConcurrentCalls {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			h.cs.CallTool(ctxT(t), &mcp.CallToolParams{Name: "read", Arguments: map[string]any{"handle": st.Handle, "wait_ms": 30000}})
+		}()
+	}
+	busy := false
+	for deadline := time.Now().Add(testTimeout); !busy && time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		res := h.call(h.cs, "read_file", map[string]any{"path": "."})
+		busy = res.IsError && res.Meta[KindMeta] == "busy"
+	}
+	if !busy {
+		t.Fatalf("%d waiting reads and one more call: never refused as busy", MaxConcurrentCalls)
+	}
+	h.ok("terminate", map[string]any{"handle": st.Handle}, nil) // the reads end with the process
+	wg.Wait()
+	h.ok("list", nil, nil)
+}

@@ -41,6 +41,7 @@ func cmdMcp(args []string, stdout, stderr io.Writer) int {
 	network := fs.Bool("network", false, "let sandboxed commands use the network when they ask")
 	readOnly := fs.Bool("read-only", false, "no write_file or edit_file, and every command in the read-only sandbox")
 	maxHandles := fs.Int("max-handles", mcpserver.DefaultMaxHandles, "running processes (start handles) per MCP session")
+	maxSessions := fs.Int("max-sessions", mcpserver.DefaultMaxSessions, "MCP sessions open at once (HTTP); a new one past it gets 503")
 	maxTimeout := fs.Duration("max-timeout", mcpserver.DefaultMaxTimeout, "the longest timeout a run may ask for")
 	var lf logFlags
 	lf.register(fs)
@@ -63,7 +64,7 @@ func cmdMcp(args []string, stdout, stderr io.Writer) int {
 	}
 	cfg := mcpserver.Config{
 		Workspace: *workspace, DefaultSandbox: *mode, AllowedSandboxes: splitList(*allow),
-		Network: *network, ReadOnly: *readOnly, MaxHandles: *maxHandles, MaxTimeout: *maxTimeout,
+		Network: *network, ReadOnly: *readOnly, MaxHandles: *maxHandles, MaxSessions: *maxSessions, MaxTimeout: *maxTimeout,
 		Log: log, Version: shortVersion(),
 	}
 	if err := mcpExecutors(&cfg, where, stderr); err != nil {
