@@ -131,7 +131,7 @@ func run() error {
 	}{
 		{"start_to_exit", b.startToExit}, {"throughput", b.throughput}, {"concurrency", b.concurrency},
 		{"idle_executors", b.idleExecutors}, {"sandbox_overhead", b.sandboxOverhead}, {"copy", b.copyFile}, {"copy_down", b.copyDown},
-		{"codex_turn", b.codexTurn}, {"cluster_hop", b.clusterHop}, {"cluster_failover", b.clusterFailover}, {"cluster_scale", b.clusterScale},
+		{"codex_turn", b.codexTurn}, {"mcp_call", b.mcpCall}, {"cluster_hop", b.clusterHop}, {"cluster_failover", b.clusterFailover}, {"cluster_scale", b.clusterScale},
 	} {
 		if *only != "" && !slices.Contains(strings.Split(*only, ","), m.name) {
 			continue
