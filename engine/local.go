@@ -266,11 +266,15 @@ func (b *LocalBackend) Start(ctx context.Context, spec Spec) (Process, error) {
 		}
 		if spec.SandboxSetup != nil {
 			launch.Hold()
-			env, err := launch.Env()
+			// The command's environment travels in the spec, applied at
+			// its execve: the helper runs with nothing else, so a
+			// dynamic-loader variable of the command's (LD_PRELOAD)
+			// cannot act before the sandbox does.
+			env, err := launch.EnvFor(cmd.Env)
 			if err != nil {
 				return fail(err)
 			}
-			cmd.Env = append([]string{env}, cmd.Env...)
+			cmd.Env = []string{env}
 			cmd.ExtraFiles = launch.Files
 			launch.Apply(cmd.SysProcAttr)
 		}

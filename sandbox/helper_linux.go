@@ -55,7 +55,19 @@ func HelperMain() {
 	if sp.MountNamespace && os.Getpid() == 1 {
 		caught = catchSignals()
 	}
-	runCommand(sp, os.Args[1:], os.Environ(), caught, nil, nil)
+	env := os.Environ()
+	if sp.CommandEnv != nil {
+		env = lastOfEachName(sp.CommandEnv) // as exec.Cmd would have
+		// What the command's PATH lookup reads: this process's
+		// environment (PATH alone; nothing the dynamic loader reads).
+		os.Unsetenv("PATH")
+		for _, kv := range env {
+			if v, ok := cutEnv(kv, "PATH"); ok {
+				os.Setenv("PATH", v)
+			}
+		}
+	}
+	runCommand(sp, os.Args[1:], env, caught, nil, nil)
 }
 
 // prebuilt is what a pooled helper makes before its command exists: the

@@ -129,6 +129,19 @@ func (l Launch) Env() (string, error) {
 	return helperPolicyEnv + "=" + string(data), nil
 }
 
+// EnvFor is Env carrying cmdEnv, the command's environment: the helper
+// is started with this one entry as its whole environment and hands
+// cmdEnv to the command alone.
+func (l Launch) EnvFor(cmdEnv []string) (string, error) {
+	sp := l.sp
+	sp.CommandEnv = append([]string{}, cmdEnv...)
+	data, err := json.Marshal(sp)
+	if err != nil {
+		return "", err
+	}
+	return helperPolicyEnv + "=" + string(data), nil
+}
+
 // Hold makes the placeholders the helper protects (see Launch).
 func (l Launch) Hold() {
 	if l.hold != nil {
@@ -159,14 +172,19 @@ func (p Prepared) Setup() (Launch, error) {
 
 // spec is what the helper receives.
 type spec struct {
-	Network   bool     `json:"network"`
-	ReadOnly  []string `json:"readOnly"`
-	ReadWrite []string `json:"readWrite"`
-	None      []string `json:"none"`
-	Protected []string `json:"protected"`
-	FullWrite bool     `json:"fullWrite"`
-	Arg0      string   `json:"arg0,omitempty"`
-	Limits    Limits   `json:"limits"`
+	// CommandEnv is the command's environment, applied at its execve
+	// only: the helper itself runs with none but its spec, so no
+	// LD_PRELOAD, LD_AUDIT or GCONV_PATH of the command's acts in the
+	// helper before the sandbox is in force.
+	CommandEnv []string `json:"env,omitempty"`
+	Network    bool     `json:"network"`
+	ReadOnly   []string `json:"readOnly"`
+	ReadWrite  []string `json:"readWrite"`
+	None       []string `json:"none"`
+	Protected  []string `json:"protected"`
+	FullWrite  bool     `json:"fullWrite"`
+	Arg0       string   `json:"arg0,omitempty"`
+	Limits     Limits   `json:"limits"`
 	// MountNamespace says the executor started the helper in its own
 	// user, mount and PID namespace; the helper is then the namespace's
 	// init.
