@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"io/fs"
 	"os"
@@ -216,6 +217,21 @@ func (f *Files) Open(ctx context.Context, name string) (*FileReader, error) {
 	return &FileReader{f: f, ctx: ctx, name: name, id: id, alg: handleDigest(res)}, nil
 }
 
+// OpenAt opens a file for streamed reading from offset: the blocks
+// before it are never read (a read far into a large or sparse file costs
+// what it returns). Sum reports nothing for such a reader.
+func (f *Files) OpenAt(ctx context.Context, name string, offset int64) (*FileReader, error) {
+	if offset < 0 {
+		return nil, fmt.Errorf("OpenAt %s: negative offset %d", name, offset)
+	}
+	r, err := f.Open(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	r.next, r.partial = uint64(offset), offset > 0
+	return r, nil
+}
+
 // handleDigest is the algorithm of a handle's running digest, as the
 // executor answered fs/open or fs/create: one from before named digests
 // says nothing, and computes sha256 whatever was asked.
@@ -233,6 +249,7 @@ type FileReader struct {
 	alg  string // the executor's running digest's algorithm
 
 	next    uint64 // offset of the next block to request
+	partial bool   // opened past the start (OpenAt): no digest of the whole
 	pending []chan blockResult
 	ended   bool // a block came back with eof
 	buf     []byte
@@ -244,7 +261,7 @@ type FileReader struct {
 // Sum is the executor's digest (hex, in DigestAlgorithm) and size of what
 // was read, known after Close when the whole file was read in order.
 func (r *FileReader) Sum() (sum string, size int64, ok bool) {
-	if r.digest == nil || r.digest.Sum(r.alg) == "" {
+	if r.partial || r.digest == nil || r.digest.Sum(r.alg) == "" {
 		return "", 0, false
 	}
 	return r.digest.Sum(r.alg), int64(r.digest.Size), true

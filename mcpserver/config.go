@@ -23,9 +23,9 @@ const (
 	MaxControlCalls      = 8
 	HandleOutput         = 1 << 20
 	DefaultOutputBytes   = 32 << 10
-	MaxOutputBytes       = 1 << 20
+	MaxOutputBytes       = 256 << 10
 	DefaultReadBytes     = 256 << 10
-	MaxReadBytes         = 1 << 20
+	MaxReadBytes         = 512 << 10
 	MaxWait              = 30 * time.Second
 	DefaultTimeout       = 60 * time.Second
 	DefaultMaxTimeout    = 30 * time.Minute

@@ -56,13 +56,19 @@
 //	MaxHandles          live start handles per MCP session (16)
 //	HandleOutput        output kept per handle for read (1 MiB; older
 //	                    bytes are dropped and counted)
-//	MaxOutputBytes      run's cap per stream (1 MiB; default 32 KiB,
+//	MaxOutputBytes      run's cap per stream (256 KiB; default 32 KiB,
 //	                    half head, half tail)
-//	MaxReadBytes        one read or read_file answer (1 MiB)
+//	MaxReadBytes        one read or read_file answer (512 KiB)
+//	                    (each answer carries its text twice, as content
+//	                    and structured, and JSON may spell a control byte
+//	                    in six: these caps keep the worst answer near
+//	                    6 MiB, under MaxMessageBytes and the SDK client's
+//	                    16 MiB frame)
 //	MaxWait             read's wait_ms (30 s)
 //	MaxTimeout          run's timeout_ms (Config, 30 min)
 //	MaxFileBytes        a file edit_file rewrites (16 MiB)
-//	search              SearchMaxFiles files visited, SearchMaxFileBytes
+//	search              SearchMaxFiles entries visited (directories
+//	                    too), SearchMaxFileBytes
 //	                    read of each, SearchMaxDepth directories deep,
 //	                    max_results ≤ SearchMaxResults
 //

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/base64"
-	"errors"
 	"fmt"
 	"io"
 	"io/fs"
@@ -34,7 +33,7 @@ func (s *Server) files(ctx context.Context, executor string, write bool) (target
 type readFileArgs struct {
 	Path     string `json:"path" jsonschema:"the file, relative to the workspace or absolute"`
 	Offset   int64  `json:"offset,omitempty" jsonschema:"first byte to read; default 0"`
-	Length   int    `json:"length,omitempty" jsonschema:"most bytes to read (default 262144, at most 1048576)"`
+	Length   int    `json:"length,omitempty" jsonschema:"most bytes to read (default 262144, at most 524288)"`
 	Encoding string `json:"encoding,omitempty" jsonschema:"text (default: a binary file is reported, not returned) or base64 (the bytes, whatever they are)"`
 	Executor string `json:"executor,omitempty" jsonschema:"which executor; default the first configured"`
 }
@@ -76,17 +75,14 @@ func (s *Server) readFile(ctx context.Context, req *mcp.CallToolRequest, in read
 	if st.IsDir() {
 		return nil, readFileResult{}, errorf(ErrInvalidArgument, "%s is a directory: use list_directory", p)
 	}
-	r, err := f.Open(ctx, p)
+	if in.Offset > st.Size() {
+		in.Offset = st.Size()
+	}
+	r, err := f.OpenAt(ctx, p, in.Offset)
 	if err != nil {
 		return nil, readFileResult{}, fmt.Errorf("read_file %s: %w", p, err)
 	}
 	defer r.Close()
-	if in.Offset > st.Size() {
-		in.Offset = st.Size()
-	}
-	if _, err := io.CopyN(io.Discard, r, in.Offset); err != nil && !errors.Is(err, io.EOF) {
-		return nil, readFileResult{}, fmt.Errorf("read_file %s: %w", p, err)
-	}
 	data, err := io.ReadAll(io.LimitReader(r, int64(limit)))
 	if err != nil {
 		return nil, readFileResult{}, fmt.Errorf("read_file %s: %w", p, err)
@@ -114,6 +110,27 @@ func (s *Server) readFile(ctx context.Context, req *mcp.CallToolRequest, in read
 		msg += fmt.Sprintf("\n[%d of %d bytes from offset %d; read again with offset %d for more]", out.BytesRead, out.Size, out.Offset, out.Offset+int64(out.BytesRead))
 	}
 	return textResult(msg), out, nil
+}
+
+// errTooBig: a file grew past the bound after it was judged by its size.
+var errTooBig = errorf(ErrInvalidArgument, "the file is larger than the bound")
+
+// readAtMost reads a whole file of at most limit bytes, whatever its
+// stat size said (a file that grows, or /proc's that say 0).
+func readAtMost(ctx context.Context, f *client.Files, p string, limit int64) ([]byte, error) {
+	r, err := f.Open(ctx, p)
+	if err != nil {
+		return nil, err
+	}
+	defer r.Close()
+	data, err := io.ReadAll(io.LimitReader(r, limit+1))
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(data)) > limit {
+		return nil, fmt.Errorf("%w (%d bytes)", errTooBig, limit)
+	}
+	return data, nil
 }
 
 // isBinary: a NUL byte, or bytes that are not UTF-8.
@@ -201,7 +218,7 @@ func (s *Server) editFile(ctx context.Context, req *mcp.CallToolRequest, in edit
 	if st.IsDir() || st.Size() > MaxFileBytes {
 		return nil, editFileResult{}, errorf(ErrInvalidArgument, "%s is a directory or larger than %d bytes", p, MaxFileBytes)
 	}
-	data, err := f.ReadFile(ctx, p)
+	data, err := readAtMost(ctx, f, p, MaxFileBytes)
 	if err != nil {
 		return nil, editFileResult{}, fmt.Errorf("edit_file %s: %w", p, err)
 	}
@@ -210,10 +227,12 @@ func (s *Server) editFile(ctx context.Context, req *mcp.CallToolRequest, in edit
 		note(ctx, t.id, zap.String("path", p))
 		return nil, editFileResult{}, err
 	}
-	edited := strings.ReplaceAll(string(data), in.OldString, in.NewString)
-	if len(edited) > MaxFileBytes {
-		return nil, editFileResult{}, errorf(ErrInvalidArgument, "the edited file would be %d bytes, at most %d", len(edited), MaxFileBytes)
+	// The size is known before the edit is built: an edit that would
+	// pass the bound allocates nothing.
+	if size := int64(len(data)) + int64(want)*(int64(len(in.NewString))-int64(len(in.OldString))); size > MaxFileBytes {
+		return nil, editFileResult{}, errorf(ErrInvalidArgument, "the edited file would be %d bytes, at most %d", size, MaxFileBytes)
 	}
+	edited := strings.ReplaceAll(string(data), in.OldString, in.NewString)
 	if err := f.WriteFile(ctx, p, []byte(edited), st.Mode().Perm()); err != nil {
 		note(ctx, t.id, zap.String("path", p))
 		return nil, editFileResult{}, fmt.Errorf("edit_file %s: %w", p, err)

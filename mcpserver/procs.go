@@ -244,7 +244,7 @@ type readArgs struct {
 	Handle   string `json:"handle" jsonschema:"the handle start returned"`
 	Cursor   int64  `json:"cursor,omitempty" jsonschema:"where to read from: the cursor the last read returned; 0 for the start of the output"`
 	WaitMs   int64  `json:"wait_ms,omitempty" jsonschema:"when nothing is new, wait up to this many milliseconds for output or the exit (at most 30000); default 0"`
-	MaxBytes int    `json:"max_bytes,omitempty" jsonschema:"most bytes to return (default 262144, at most 1048576)"`
+	MaxBytes int    `json:"max_bytes,omitempty" jsonschema:"most bytes to return (default 262144, at most 524288)"`
 }
 
 type readResult struct {

@@ -19,7 +19,7 @@ type runArgs struct {
 	commandArgs
 	Stdin          string `json:"stdin,omitempty" jsonschema:"text written to the command's stdin, which is then closed; default none"`
 	TimeoutMs      int64  `json:"timeout_ms,omitempty" jsonschema:"stop the command (TERM, then KILL) after this many milliseconds; default 60000"`
-	MaxOutputBytes int    `json:"max_output_bytes,omitempty" jsonschema:"bytes kept of each of stdout and stderr: the first and the last halves, with the total counted; default 32768, at most 1048576"`
+	MaxOutputBytes int    `json:"max_output_bytes,omitempty" jsonschema:"bytes kept of each of stdout and stderr: the first and the last halves, with the total counted; default 32768, at most 262144"`
 }
 
 // streamOut is one stream of a finished command.

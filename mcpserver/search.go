@@ -31,7 +31,7 @@ type searchMatch struct {
 type searchResult struct {
 	Matches   []searchMatch `json:"matches"`
 	Truncated bool          `json:"truncated" jsonschema:"the search stopped at a bound (max_results, files visited, depth) before the whole tree was seen"`
-	Visited   int           `json:"files_visited"`
+	Visited   int           `json:"entries_visited" jsonschema:"files and directories seen (at most 20000)"`
 	Skipped   int           `json:"files_skipped,omitempty" jsonschema:"files not read for content: binary, unreadable, or larger than 1 MiB"`
 }
 
@@ -74,6 +74,13 @@ func (s *Server) search(ctx context.Context, req *mcp.CallToolRequest, in search
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
+		// Every entry counts, directories too: a tree of empty
+		// directories costs a request each.
+		if out.Visited++; out.Visited > SearchMaxFiles {
+			out.Visited--
+			out.Truncated = true
+			return errSearchBound
+		}
 		if d.IsDir() {
 			if p != "." && strings.Count(p, "/")+1 >= SearchMaxDepth {
 				out.Truncated = true
@@ -83,10 +90,6 @@ func (s *Server) search(ctx context.Context, req *mcp.CallToolRequest, in search
 		}
 		if !d.Type().IsRegular() {
 			return nil
-		}
-		if out.Visited++; out.Visited > SearchMaxFiles {
-			out.Truncated = true
-			return errSearchBound
 		}
 		if in.NameGlob != "" {
 			if ok, _ := path.Match(in.NameGlob, d.Name()); !ok {
@@ -102,7 +105,7 @@ func (s *Server) search(ctx context.Context, req *mcp.CallToolRequest, in search
 				out.Skipped++
 				return nil
 			}
-			data, err := fs.ReadFile(fsys, p)
+			data, err := readAtMost(ctx, f, full, SearchMaxFileBytes)
 			if err != nil || bytes.IndexByte(data, 0) >= 0 {
 				out.Skipped++
 				return nil

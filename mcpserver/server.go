@@ -29,9 +29,6 @@ type Server struct {
 	ending   sync.WaitGroup // sessions whose processes are being terminated
 
 	standalone chan struct{} // HTTP requests in flight without a session
-	// live are the sessions initialized and not yet closed (what
-	// MaxSessions counts; a standalone request's session never is).
-	live map[*mcp.ServerSession]bool
 }
 
 // New builds a Server; cfg's zero fields are filled from DefaultConfig
@@ -41,7 +38,7 @@ func New(cfg Config) (*Server, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, conns: map[string]*conn{}, sessions: map[*mcp.ServerSession]*session{}, standalone: make(chan struct{}, cfg.MaxSessions), live: map[*mcp.ServerSession]bool{}}
+	s := &Server{cfg: cfg, conns: map[string]*conn{}, sessions: map[*mcp.ServerSession]*session{}, standalone: make(chan struct{}, cfg.MaxSessions)}
 	for _, e := range cfg.Executors {
 		s.conns[e.ID] = &conn{ex: e}
 		s.order = append(s.order, e.ID)
@@ -49,18 +46,6 @@ func New(cfg Config) (*Server, error) {
 	s.mcp = mcp.NewServer(&mcp.Implementation{Name: cfg.Name, Title: "outpost: remote executors", Version: cfg.Version}, &mcp.ServerOptions{
 		Instructions: instructions,
 		Capabilities: &mcp.ServerCapabilities{Tools: &mcp.ToolCapabilities{}},
-		InitializedHandler: func(_ context.Context, req *mcp.InitializedRequest) {
-			ms := req.Session
-			s.mu.Lock()
-			s.live[ms] = true
-			s.mu.Unlock()
-			go func() {
-				ms.Wait()
-				s.mu.Lock()
-				delete(s.live, ms)
-				s.mu.Unlock()
-			}()
-		},
 	})
 	s.mcp.AddReceivingMiddleware(s.auditMiddleware)
 	s.addTools()
@@ -138,15 +123,17 @@ func (s *Server) sessionLimit(next http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 			return
 		}
-		s.mu.Lock()
-		n := len(s.live)
-		s.mu.Unlock()
-		// Sessions opened but never initialized are bounded too, with
-		// room for a standalone request's session still on its way out.
-		all := 0
+		// Sessions that were sent initialize count against MaxSessions;
+		// any other with an id (a probe's, on its way out) is bounded
+		// too, at twice that.
+		n, all := 0, 0
 		for ss := range s.mcp.Sessions() {
-			if ss.ID() != "" {
-				all++
+			if ss.ID() == "" {
+				continue
+			}
+			all++
+			if ss.InitializeParams() != nil {
+				n++
 			}
 		}
 		if n >= s.cfg.MaxSessions || all >= 2*s.cfg.MaxSessions {

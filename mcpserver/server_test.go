@@ -681,7 +681,8 @@ func TestConcurrentCallsPerSessionAreBounded(t *testing.T) {
 		busy = res.IsError && res.Meta[KindMeta] == "busy"
 	}
 	if !busy {
-		t.Fatalf("%d waiting reads and one more call: never refused as busy", MaxConcurrentCalls)
+		res := h.call(h.cs, "read", map[string]any{"handle": st.Handle})
+		t.Fatalf("%d waiting reads and one more call: never refused as busy (%s: %s)", MaxConcurrentCalls, st.Handle, text(res))
 	}
 	h.ok("terminate", map[string]any{"handle": st.Handle}, nil) // the reads end with the process
 	wg.Wait()

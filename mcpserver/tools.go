@@ -53,7 +53,7 @@ func (s *Server) addTools() {
 		Description: "List a directory on the executor: each entry's name, type (file, dir, symlink, other) and size.",
 		Annotations: readOnly}, s.listDirectory)
 	addTool(s, &mcp.Tool{Name: "search", Title: "Search files",
-		Description: "Find files under a directory on the executor by name glob, and optionally the lines containing a text. Bounded: at most max_results matches, 20000 files, 32 levels, files up to 1 MiB.",
+		Description: "Find files under a directory on the executor by name glob, and optionally the lines containing a text. Bounded: at most max_results matches, 20000 entries, 32 levels, files up to 1 MiB.",
 		Annotations: readOnly}, s.search)
 	addTool(s, &mcp.Tool{Name: "executors", Title: "List executors",
 		Description: "List the executors this server may use (name them with the executor argument of the other tools) and whether each is online.",
