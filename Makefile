@@ -34,8 +34,18 @@ TESTSUMMARY := .cache/testsummary
 testsummary:
 	$(GO) build -o $(TESTSUMMARY) ./internal/testdeps/cmd/testsummary
 
+# The tests run with HOME set to an empty directory (go keeps its own
+# cache, module cache and settings): the shells they start, login and
+# interactive ones among them, must not read the dotfiles of whoever runs
+# them. A ~/.bashrc that runs `pyenv init` made every login shell wait 60 s
+# for a lock left behind by a killed shell, and codex's exec_command gave
+# up on each after 10.
+TESTHOME = home=$$(mktemp -d) && trap 'rm -rf "$$home"' EXIT && \
+	export GOENV="$$($(GO) env GOENV)" GOCACHE="$$($(GO) env GOCACHE)" \
+	GOMODCACHE="$$($(GO) env GOMODCACHE)" GOPATH="$$($(GO) env GOPATH)" && \
+	export HOME="$$home" &&
 unit: testsummary
-	$(TESTSUMMARY) -go "$(GO)" -- -race -count=1 ./...
+	@$(TESTHOME) $(TESTSUMMARY) -go "$(GO)" -- -race -count=1 ./...
 
 demo:
 	$(GO) run ./cmd/outpost demo
