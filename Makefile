@@ -39,8 +39,10 @@ testsummary:
 # interactive ones among them, must not read the dotfiles of whoever runs
 # them. A ~/.bashrc that runs `pyenv init` made every login shell wait 60 s
 # for a lock left behind by a killed shell, and codex's exec_command gave
-# up on each after 10.
-TESTHOME = home=$$(mktemp -d) && trap 'rm -rf "$$home"' EXIT && \
+# up on each after 10. The directory is not under /tmp: codex's Linux
+# sandbox, whose helper lives in $CODEX_HOME (~/.codex), denies every
+# sandboxed command when that is under /tmp.
+TESTHOME = home=$$(mktemp -d /var/tmp/outpost-test-home.XXXXXX) && trap 'rm -rf "$$home"' EXIT && \
 	export GOENV="$$($(GO) env GOENV)" GOCACHE="$$($(GO) env GOCACHE)" \
 	GOMODCACHE="$$($(GO) env GOMODCACHE)" GOPATH="$$($(GO) env GOPATH)" && \
 	export HOME="$$home" &&
