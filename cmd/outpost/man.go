@@ -4,6 +4,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
 	"runtime/debug"
 	"strings"
 )
@@ -120,7 +121,7 @@ func manPage(cmds []commandInfo) string {
 				text += " (one of: " + strings.Join(f.choices, ", ") + ")"
 			}
 			if f.def != "" {
-				text += " (default: " + f.def + ")"
+				text += " (default: " + homeAsTilde(f.def) + ")"
 			}
 			line("%s", roff(text))
 		}
@@ -151,4 +152,15 @@ func manPage(cmds []commandInfo) string {
 	line(".SH SEE ALSO")
 	line("%s", roff(`"outpost help COMMAND"; shell completion: "outpost completion bash|zsh|fish|powershell".`))
 	return b.String()
+}
+
+// homeAsTilde writes the home directory of whoever renders the page as
+// "~": a default derived from it (the client configuration's directory)
+// is the reader's own, and the page must not depend on who made it.
+func homeAsTilde(s string) string {
+	home, err := os.UserHomeDir()
+	if err != nil || home == "" || home == "/" {
+		return s
+	}
+	return strings.ReplaceAll(s, home, "~")
 }
