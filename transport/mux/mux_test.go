@@ -93,7 +93,11 @@ func waitFor(t *testing.T, cond func() bool) {
 }
 
 func TestManyStreams(t *testing.T) {
-	c, s := pair(t, Config{}, Config{})
+	const streams, size = 64, 1 << 20
+	// All 64 may be opened, and have sent a window of data each, before
+	// the accept loop gets the CPU (a loaded CI machine): the server's
+	// backlog holds them all, as the default's 4 MiB would not.
+	c, s := pair(t, Config{}, Config{AcceptBacklogBytes: streams * InitialWindow})
 	go func() {
 		for {
 			st, err := s.AcceptStream()
@@ -106,7 +110,6 @@ func TestManyStreams(t *testing.T) {
 			}()
 		}
 	}()
-	const streams, size = 64, 1 << 20
 	var wg sync.WaitGroup
 	errs := make(chan error, streams)
 	for i := 0; i < streams; i++ {
