@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -668,11 +669,20 @@ func TestConcurrentCallsPerSessionAreBounded(t *testing.T) {
 	var st startResult
 	h.ok("start", map[string]any{"argv": []string{"sleep", "60"}}, &st)
 	var wg sync.WaitGroup
+	// Each reader reads again once its wait is over, until the process
+	// ends: on a loaded machine the 32 may take a while to be in flight
+	// together, and a single 30 s wait could end before the last starts.
+	var ended atomic.Bool
 	for range MaxConcurrentCalls {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			h.cs.CallTool(ctxT(t), &mcp.CallToolParams{Name: "read", Arguments: map[string]any{"handle": st.Handle, "wait_ms": 30000}})
+			for !ended.Load() {
+				res, err := h.cs.CallTool(ctxT(t), &mcp.CallToolParams{Name: "read", Arguments: map[string]any{"handle": st.Handle, "wait_ms": 30000}})
+				if err != nil || res.IsError && res.Meta[KindMeta] != "busy" {
+					return
+				}
+			}
 		}()
 	}
 	busy := false
@@ -684,6 +694,7 @@ func TestConcurrentCallsPerSessionAreBounded(t *testing.T) {
 		res := h.call(h.cs, "read", map[string]any{"handle": st.Handle})
 		t.Fatalf("%d waiting reads and one more call: never refused as busy (%s: %s)", MaxConcurrentCalls, st.Handle, text(res))
 	}
+	ended.Store(true)
 	h.ok("terminate", map[string]any{"handle": st.Handle}, nil) // the reads end with the process
 	wg.Wait()
 	h.ok("list", nil, nil)
